@@ -1,0 +1,5 @@
+import sys
+
+from gpuenv.cli import main
+
+sys.exit(main())

@@ -1,0 +1,254 @@
+"""The compatibility data (gpuenv/data/compat.yaml), loaded once and queried by the rules."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from gpuenv import versions
+
+# The C loader is about ten times faster; check-spec must answer well inside a second.
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# Words nvidia-smi puts in front of model names that carry no information for matching.
+_NOISE_WORDS = {"nvidia", "tesla", "geforce"}
+
+
+@dataclass(frozen=True)
+class Source:
+    key: str
+    title: str
+    url: str | None
+
+
+@dataclass(frozen=True)
+class TorchVariant:
+    name: str
+    cuda: str  # major.minor of the CUDA runtime the wheels carry
+    cudnn: str
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+    note: str | None = None
+
+    def arch_list(self) -> list[str]:
+        """As torch.cuda.get_arch_list() prints it."""
+        return [f"sm_{cc.replace('.', '')}" for cc in self.sass] + [f"compute_{cc.replace('.', '')}" for cc in self.ptx]
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    series: str  # "2.5"
+    releases: tuple[str, ...]
+    python_min: str
+    python_max: str
+    python_experimental: tuple[str, ...]
+    pypi_default: str
+    conda_pytorch_channel: bool
+    variants: dict[str, TorchVariant]
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Generation:
+    name: str
+    cc_min: str
+    cc_max: str
+    last_driver_branch: int | None
+    source: str | None
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    cc: str
+    source: str
+    tokens: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    stack: dict[str, str]
+    gpus: tuple[str, ...]
+
+
+@dataclass
+class CompatData:
+    raw: dict[str, Any]
+    sources: dict[str, Source]
+    toolkit_driver: dict[str, str]
+    minor_compat_floor: dict[str, str]
+    cuda_min_cc: dict[str, str]
+    first_toolkit_for_cc: dict[str, str]
+    first_toolkit_source: dict[str, str]
+    generations: list[Generation]
+    gpu_models: list[GpuModel]
+    cudnn_builds: dict[str, frozenset[str]]
+    cudnn_min_cc_release: str
+    cudnn_min_cc: str
+    torch: dict[str, TorchRelease]
+    os: dict[str, dict[str, Any]]
+    profiles: dict[str, Profile]
+    _release_index: dict[str, TorchRelease] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for series in self.torch.values():
+            for release in series.releases:
+                self._release_index[release] = series
+
+    # --- CUDA -------------------------------------------------------------------------------
+    def known_toolkits(self) -> list[str]:
+        return sorted(self.toolkit_driver, key=versions.parse)
+
+    def resolve_toolkit(self, cuda: str) -> str | None:
+        """ "12.4" -> the first release of 12.4 in the data ("12.4.0"); "12.4.1" -> itself."""
+        if cuda in self.toolkit_driver:
+            return cuda
+        if cuda.count(".") == 1:
+            matches = [t for t in self.known_toolkits() if versions.major_minor(t) == cuda]
+            return matches[0] if matches else None
+        return None
+
+    def toolkit_minimum_driver(self, cuda_major_minor: str) -> str | None:
+        """Minimum driver of the first release of a CUDA major.minor (for torch's runtimes)."""
+        toolkit = self.resolve_toolkit(cuda_major_minor)
+        return self.toolkit_driver[toolkit] if toolkit else None
+
+    # --- GPUs -------------------------------------------------------------------------------
+    def generation_for_cc(self, cc: str) -> Generation | None:
+        value = versions.parse(cc)
+        for gen in self.generations:
+            if versions.parse(gen.cc_min) <= value <= versions.parse(gen.cc_max):
+                return gen
+        return None
+
+    def gpu_by_name(self, name: str) -> GpuModel | None:
+        """Match a model as nvidia-smi prints it ("NVIDIA H100 80GB HBM3") or as people write it."""
+        tokens = tokenize_gpu_name(name)
+        best: GpuModel | None = None
+        for model in self.gpu_models:
+            if tokens[: len(model.tokens)] == model.tokens and (best is None or len(model.tokens) > len(best.tokens)):
+                best = model
+        return best
+
+    # --- cuDNN ------------------------------------------------------------------------------
+    def cudnn_known(self, release: str) -> bool:
+        return any(release in builds for builds in self.cudnn_builds.values())
+
+    def cudnn_cuda_majors(self, release: str) -> list[str]:
+        return sorted((m for m, builds in self.cudnn_builds.items() if release in builds), key=int)
+
+    # --- OS ---------------------------------------------------------------------------------
+    def os_from_facts(self, facts: Mapping[str, Any]) -> str | None:
+        """Name the host's OS ("debian12") from its Ansible facts; None when gpuenv does not know it."""
+        for key, entry in self.os.items():
+            if all(str(facts.get(fact, "")) == str(want) for fact, want in entry["match"].items()):
+                return str(key)
+        return None
+
+    # --- torch ------------------------------------------------------------------------------
+    def torch_series(self, release: str) -> TorchRelease | None:
+        return self._release_index.get(release)
+
+    def torch_releases(self) -> list[str]:
+        return sorted(self._release_index, key=versions.parse)
+
+
+def tokenize_gpu_name(name: str) -> tuple[str, ...]:
+    words = re.split(r"[\s\-_/]+", name.strip().lower())
+    return tuple(w for w in words if w and w not in _NOISE_WORDS)
+
+
+def _as_list(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        return tuple(str(v) for v in value)
+    return (str(value),)
+
+
+def _build(raw: dict[str, Any]) -> CompatData:
+    sources = {
+        key: Source(key=key, title=entry["title"], url=entry.get("url")) for key, entry in raw["sources"].items()
+    }
+    cuda = raw["cuda"]
+    torch: dict[str, TorchRelease] = {}
+    for series, entry in raw["torch"].items():
+        variants = {}
+        for name, var in entry["variants"].items():
+            runtime = versions.cuda_from_variant(name)
+            if runtime is None:
+                raise ValueError(f"compat.yaml: torch {series} variant {name!r} is not cuXYZ")
+            variants[name] = TorchVariant(
+                name=name,
+                cuda=runtime,
+                cudnn=str(var["cudnn"]),
+                sass=_as_list(var["sass"]),
+                ptx=_as_list(var.get("ptx")),
+                note=var.get("note"),
+            )
+        torch[series] = TorchRelease(
+            series=series,
+            releases=_as_list(entry["releases"]),
+            python_min=entry["python"]["min"],
+            python_max=entry["python"]["max"],
+            python_experimental=_as_list(entry["python"].get("experimental")),
+            pypi_default=entry["pypi_default"],
+            conda_pytorch_channel=bool(entry["conda_pytorch_channel"]),
+            variants=variants,
+            sources=_as_list(entry["source"]),
+        )
+    models = [
+        GpuModel(name=name, cc=group["cc"], source=group["source"], tokens=tokenize_gpu_name(name))
+        for group in raw["gpu"]["models"]
+        for name in group["names"]
+    ]
+    generations = [
+        Generation(
+            name=g["name"],
+            cc_min=g["cc_min"],
+            cc_max=g["cc_max"],
+            last_driver_branch=int(g["last_driver_branch"]) if "last_driver_branch" in g else None,
+            source=g.get("source"),
+        )
+        for g in raw["gpu"]["generations"]
+    ]
+    profiles = {
+        name: Profile(
+            name=name,
+            description=p["description"],
+            stack={k: str(v) for k, v in p["stack"].items()},
+            gpus=_as_list(p.get("gpus")),
+        )
+        for name, p in raw["profiles"].items()
+    }
+    return CompatData(
+        raw=raw,
+        sources=sources,
+        toolkit_driver={k: str(v) for k, v in cuda["toolkit_driver"]["linux"].items()},
+        minor_compat_floor={k: v["linux"] for k, v in cuda["minor_version_compat"].items()},
+        cuda_min_cc={k: v["cc"] for k, v in cuda["min_compute_capability"].items()},
+        first_toolkit_for_cc={k: v["cuda"] for k, v in cuda["first_toolkit_for_cc"].items()},
+        first_toolkit_source={k: v["source"] for k, v in cuda["first_toolkit_for_cc"].items()},
+        generations=generations,
+        gpu_models=models,
+        cudnn_builds={major: frozenset(entry["releases"]) for major, entry in raw["cudnn"]["builds"].items()},
+        cudnn_min_cc_release=raw["cudnn"]["min_cc_from"]["release"],
+        cudnn_min_cc=raw["cudnn"]["min_cc_from"]["cc"],
+        torch=torch,
+        os=raw["os"],
+        profiles=profiles,
+    )
+
+
+@lru_cache(maxsize=1)
+def load() -> CompatData:
+    text = resources.files("gpuenv").joinpath("data/compat.yaml").read_text(encoding="utf-8")
+    return _build(yaml.load(text, Loader=_Loader))  # noqa: S506 - CSafeLoader/SafeLoader only

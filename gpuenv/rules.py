@@ -1,0 +1,557 @@
+"""The compatibility rules: one function per rule, each returning what it found with why and fix.
+
+The same :func:`check` serves `gpuenv check-spec` and the playbooks' preflight (through the
+filter plugin in plugins/filter/), so the command line and site.yml cannot disagree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuenv import versions
+from gpuenv.compat import CompatData, TorchRelease, TorchVariant, load
+from gpuenv.stack import Stack
+
+ERROR = "error"
+WARNING = "warning"
+
+EXIT_OK = 0
+EXIT_INCOMPATIBLE = 1
+EXIT_INVALID = 2
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str
+    message: str
+    why: str
+    fix: str
+    sources: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Gpu:
+    label: str
+    cc: str
+    origin: str  # "declared" or "detected"
+    generation: str | None = None
+
+
+@dataclass
+class Report:
+    stack: Stack
+    gpus: list[Gpu]
+    findings: list[Finding]
+    resolved: dict[str, Any]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == WARNING]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_INCOMPATIBLE if self.errors else EXIT_OK
+
+    @property
+    def verdict(self) -> str:
+        return "incompatible" if self.errors else "compatible"
+
+
+# Evidence for the wheels' architecture lists (the torch entries' other sources cover releases,
+# Python versions and variants).
+_ARCH_SOURCES = ("pt_builder", "pt_build_cuda", "moi90_measured")
+
+
+class _Checker:
+    def __init__(self, stack: Stack, data: CompatData) -> None:
+        self.stack = stack
+        self.data = data
+        self.findings: list[Finding] = []
+        self.gpus: list[Gpu] = []
+        self.toolkit: str | None = None
+        self.series: TorchRelease | None = None
+        self.variant: TorchVariant | None = None
+        self.variant_derived = False
+        self.host_os: str | None = None
+
+    def add(self, rule: str, severity: str, message: str, why: str, fix: str, *sources: str) -> None:
+        self.findings.append(Finding(rule, severity, message, why, fix, list(sources)))
+
+    # --- GPUs ----------------------------------------------------------------------------------
+    def resolve_gpus(self, detected: Iterable[Mapping[str, str]]) -> None:
+        for label in self.stack.gpus:
+            cc = self._cc_for(label)
+            if cc is not None:
+                self.gpus.append(Gpu(label, cc, "declared"))
+        for probe in detected:
+            name, cc = str(probe.get("name", "")), str(probe.get("cc", ""))
+            if not versions.is_dotted(cc):
+                found = self.data.gpu_by_name(name)
+                if found is None:
+                    self.add(
+                        "gpu-unknown",
+                        WARNING,
+                        f"the host reports GPU {name!r} without a compute capability gpuenv can read",
+                        "nvidia-smi gave no compute capability for it, and the model is not in gpuenv's data",
+                        'declare the GPU\'s compute capability in gpu_stack.gpu, e.g. gpu: "8.6"',
+                        "nv_cuda_gpus",
+                    )
+                    continue
+                cc = found.cc
+            self.gpus.append(Gpu(name or cc, cc, "detected"))
+        for gpu in self.gpus:
+            gen = self.data.generation_for_cc(gpu.cc)
+            gpu.generation = gen.name if gen else None
+        declared = {g.cc for g in self.gpus if g.origin == "declared"}
+        detected_cc = {g.cc for g in self.gpus if g.origin == "detected"}
+        if declared and detected_cc and declared != detected_cc:
+            self.add(
+                "gpu-declared-vs-detected",
+                WARNING,
+                f"gpu_stack.gpu declares compute capability {', '.join(sorted(declared))} but the host has "
+                f"{', '.join(sorted(detected_cc))}",
+                "the stack file describes other GPUs than this host has; both were checked",
+                "correct gpu_stack.gpu for this group, or move the host to a group whose stack fits it",
+                "derived",
+            )
+
+    def _cc_for(self, label: str) -> str | None:
+        if re.fullmatch(r"\d+\.\d+", label):
+            return label
+        match = re.fullmatch(r"sm_(\d+)(\d)", label.lower())
+        if match:
+            return f"{int(match.group(1))}.{match.group(2)}"
+        model = self.data.gpu_by_name(label)
+        if model is not None:
+            return model.cc
+        self.add(
+            "gpu-unknown",
+            ERROR,
+            f"GPU {label!r} is not a model gpuenv knows",
+            "without its compute capability gpuenv cannot tell whether the torch build has kernels for it",
+            'write its compute capability instead, e.g. gpu: "8.9" '
+            "(nvidia-smi --query-gpu=name,compute_cap --format=csv prints it; NVIDIA lists them at "
+            "https://developer.nvidia.com/cuda-gpus)",
+            "nv_cuda_gpus",
+        )
+        return None
+
+    # --- CUDA toolkit and torch --------------------------------------------------------------
+    def check_toolkit(self) -> None:
+        self.toolkit = self.data.resolve_toolkit(self.stack.cuda)
+        if self.toolkit is None:
+            known = self.data.known_toolkits()
+            self.add(
+                "cuda-unknown",
+                ERROR,
+                f"CUDA {self.stack.cuda} is not in gpuenv's compatibility data",
+                "gpuenv installs only what it can check, and it has no driver minimum for this release",
+                f"use a CUDA release from {known[0]} to {known[-1]} (X.Y.Z, as NVIDIA numbers updates), "
+                "or add the release with its source to gpuenv/data/compat.yaml",
+                "nv_rn_table3",
+            )
+
+    def check_torch(self) -> None:
+        stack, data = self.stack, self.data
+        self.series = data.torch_series(stack.torch)
+        if self.series is None:
+            same = data.torch.get(versions.major_minor(stack.torch))
+            hint = (
+                f"torch {same.series} has {', '.join(same.releases)}"
+                if same
+                else f"known releases: {', '.join(data.torch_releases()[-6:])} "
+                f"and older back to {data.torch_releases()[0]}"
+            )
+            self.add(
+                "torch-unknown",
+                ERROR,
+                f"torch {stack.torch} is not in gpuenv's compatibility data",
+                "gpuenv installs only releases whose wheels, CUDA variants and architectures it knows",
+                f"pick a known release ({hint}), or add it with sources to gpuenv/data/compat.yaml",
+                "pypi_torch",
+            )
+            return
+        series = self.series
+        variants = ", ".join(series.variants)
+        if stack.torch_variant is not None:
+            self.variant = series.variants.get(stack.torch_variant)
+            if self.variant is None:
+                self.add(
+                    "torch-variant",
+                    ERROR,
+                    f"torch {stack.torch} has no {stack.torch_variant} build",
+                    f"PyTorch published torch {series.series} for Linux with {variants} only",
+                    f"set torch_variant to one of {variants}, or choose a torch release that has "
+                    f"{stack.torch_variant}{self._releases_with_variant(stack.torch_variant)}",
+                    *series.sources,
+                )
+            return
+        derived = versions.variant_from_cuda(self.toolkit or stack.cuda)
+        self.variant = series.variants.get(derived)
+        if self.variant is not None:
+            self.variant_derived = True
+            return
+        usable = [
+            v
+            for v in series.variants.values()
+            if versions.parse(v.cuda) <= versions.parse(versions.major_minor(stack.cuda))
+        ]
+        suggestion = (
+            f"set torch_variant: {usable[-1].name} (torch wheels carry their own CUDA runtime, so a "
+            f"variant older than the toolkit works)"
+            if usable
+            else f"set torch_variant to one of {variants}"
+        )
+        self.add(
+            "torch-variant",
+            ERROR,
+            f"torch {stack.torch} has no {derived} build, the variant derived from CUDA {stack.cuda}",
+            f"PyTorch published torch {series.series} for Linux with {variants} only",
+            f"{suggestion}, or choose a torch release that has {derived}{self._releases_with_variant(derived)}",
+            *series.sources,
+        )
+
+    def _releases_with_variant(self, variant: str) -> str:
+        series = [s.series for s in self.data.torch.values() if variant in s.variants]
+        return f" (torch {', '.join(series)})" if series else " (no release in the data has it)"
+
+    def check_python(self) -> None:
+        series, py = self.series, self.stack.python
+        if series is None:
+            return
+        value = versions.parse(py)
+        if versions.parse(series.python_min) <= value <= versions.parse(series.python_max):
+            return
+        sources = list(series.sources)
+        if py in series.python_experimental:
+            self.add(
+                "torch-python",
+                WARNING,
+                f"Python {py} support in torch {series.series} is experimental",
+                f"PyTorch's release matrix marks Python {py} experimental for torch {series.series}",
+                f"use Python {series.python_max} for a supported combination",
+                *sources,
+            )
+            return
+        fitting = [
+            s.series
+            for s in self.data.torch.values()
+            if versions.parse(s.python_min) <= value <= versions.parse(s.python_max)
+        ]
+        other = f"; torch releases that support Python {py}: {', '.join(fitting)}" if fitting else ""
+        self.add(
+            "torch-python",
+            ERROR,
+            f"torch {self.stack.torch} has no wheels for Python {py}",
+            f"torch {series.series} supports Python {series.python_min} to {series.python_max}",
+            f"set python to a version from {series.python_min} to {series.python_max}{other}",
+            *sources,
+        )
+
+    # --- driver ------------------------------------------------------------------------------
+    def _check_driver_against(self, what: str, minimum: str, cuda_major: str, rule: str, source: str) -> None:
+        driver = self.stack.driver
+        floor = self.data.minor_compat_floor.get(cuda_major)
+        if versions.driver_satisfies(driver, minimum):
+            return
+        if floor is not None and versions.driver_satisfies(driver, floor):
+            self.add(
+                rule,
+                WARNING,
+                f"driver {driver} is older than {what} was released with (>= {minimum}) and relies on "
+                f"CUDA minor-version compatibility",
+                f"drivers >= {floor} run any CUDA {cuda_major}.x application with a limited feature set: "
+                "PTX newer than the driver cannot be JIT-compiled",
+                f"use driver >= {minimum} (branch {versions.driver_branch(minimum)}) for full support",
+                source,
+                "nv_mvc",
+            )
+            return
+        need = f"at least {floor} through minor-version compatibility, " if floor else ""
+        self.add(
+            rule,
+            ERROR,
+            f"driver {driver} is too old for {what}",
+            f"{what} needs {need}and {minimum} for full support; older drivers fail with "
+            '"CUDA driver version is insufficient for CUDA runtime version"',
+            f'set driver: "{versions.driver_branch(minimum)}" or newer, or pick an older CUDA',
+            source,
+            "nv_mvc",
+        )
+
+    def check_driver(self) -> None:
+        if self.toolkit is not None:
+            self._check_driver_against(
+                f"CUDA {self.toolkit}",
+                self.data.toolkit_driver[self.toolkit],
+                str(versions.major(self.toolkit)),
+                "driver-cuda",
+                "nv_rn_table3",
+            )
+        if self.variant is not None:
+            minimum = self.data.toolkit_minimum_driver(self.variant.cuda)
+            what = f"torch {self.stack.torch}+{self.variant.name} (CUDA {self.variant.cuda} runtime)"
+            if minimum is None:
+                self.add(
+                    "driver-torch-cuda",
+                    WARNING,
+                    f"gpuenv has no driver minimum for CUDA {self.variant.cuda}, the runtime of {what}",
+                    "the driver table starts at CUDA 11.0",
+                    "check NVIDIA's release notes for the driver this CUDA needs",
+                    "nv_rn_table3",
+                )
+            else:
+                self._check_driver_against(
+                    what, minimum, str(versions.major(self.variant.cuda)), "driver-torch-cuda", "nv_rn_table3"
+                )
+            if self.toolkit is not None and versions.major(self.toolkit) != versions.major(self.variant.cuda):
+                self.add(
+                    "toolkit-torch-major",
+                    WARNING,
+                    f"CUDA toolkit {self.toolkit} and torch's CUDA {self.variant.cuda} differ in major version",
+                    "torch runs with its own CUDA runtime, but building CUDA extensions "
+                    "(torch.utils.cpp_extension, pip packages that compile kernels) needs a toolkit of the same major",
+                    f"use a CUDA {versions.major(self.variant.cuda)}.x toolkit if anyone builds extensions",
+                    "pt_cpp_extension",
+                )
+
+    # --- cuDNN -------------------------------------------------------------------------------
+    def check_cudnn(self) -> None:
+        cudnn = self.stack.cudnn
+        if cudnn == "none" or self.toolkit is None:
+            return
+        major = str(versions.major(self.toolkit))
+        if not self.data.cudnn_known(cudnn):
+            candidates = sorted(self.data.cudnn_builds.get(major, ()), key=versions.parse)
+            self.add(
+                "cudnn-unknown",
+                ERROR,
+                f"cuDNN {cudnn} is not a release gpuenv knows",
+                "cuDNN releases have four-part versions (9.1.0.70); this one is in no build list",
+                f"use a cuDNN release built for CUDA {major}, e.g. {', '.join(candidates[-3:]) or 'none'}",
+                "pypi_cudnn",
+            )
+            return
+        majors = self.data.cudnn_cuda_majors(cudnn)
+        if major not in majors:
+            builds = sorted(self.data.cudnn_builds.get(major, ()), key=versions.parse)
+            pick = f"e.g. {builds[-1]} (the newest with a CUDA {major} build)" if builds else "none"
+            self.add(
+                "cudnn-cuda",
+                ERROR,
+                f"cuDNN {cudnn} has no build for CUDA {major} (CUDA {self.toolkit})",
+                f"NVIDIA built cuDNN {cudnn} for CUDA {', '.join(majors)} only",
+                f"choose a cuDNN built for CUDA {major}, {pick}, or set cudnn: none",
+                "pypi_cudnn",
+            )
+
+    # --- per GPU -----------------------------------------------------------------------------
+    def check_gpu(self, gpu: Gpu) -> None:
+        label = gpu.label if gpu.label == gpu.cc else f"{gpu.label}, CC {gpu.cc}"
+        cc = versions.parse(gpu.cc)
+        gen = self.data.generation_for_cc(gpu.cc)
+        gen_name = gen.name.capitalize() if gen else "this GPU"
+        if self.variant is not None and not covers(self.variant, gpu.cc):
+            arch = " ".join(self.variant.arch_list())
+            self.add(
+                "gpu-torch-arch",
+                ERROR,
+                f"torch {self.stack.torch}+{self.variant.name} has no kernels for compute capability "
+                f"{gpu.cc} ({gpu.label})"
+                if gpu.label != gpu.cc
+                else f"torch {self.stack.torch}+{self.variant.name} has no kernels for compute capability {gpu.cc}",
+                f"its wheels carry {arch}; a GPU of CC {gpu.cc} runs SASS of the same major with a lower or "
+                f'equal minor, or PTX of a lower or equal CC, so every kernel launch fails with "no kernel '
+                'image is available for execution on the device"',
+                self._arch_fix(gpu.cc),
+                *_ARCH_SOURCES,
+            )
+        if self.toolkit is not None:
+            major = str(versions.major(self.toolkit))
+            min_cc = self.data.cuda_min_cc.get(major)
+            if min_cc is not None and cc < versions.parse(min_cc):
+                self.add(
+                    "gpu-cuda-toolkit",
+                    ERROR,
+                    f"CUDA {self.toolkit} does not support compute capability {gpu.cc} ({label})",
+                    f"CUDA {major}.x builds only for compute capability {min_cc} and newer",
+                    f"use a CUDA {int(major) - 1}.x toolkit for this GPU"
+                    + (" (profile torch-2.9-cu126-legacy is one such stack)" if major == "13" else ""),
+                    "nv_cuda13_arch_drop" if major == "13" else "pt_builder",
+                )
+            first = self.data.first_toolkit_for_cc.get(gpu.cc)
+            if first is not None and versions.parse(versions.major_minor(self.toolkit)) < versions.parse(first):
+                self.add(
+                    "gpu-cuda-toolkit",
+                    ERROR,
+                    f"CUDA {self.toolkit} predates compute capability {gpu.cc} ({label})",
+                    f"CUDA supports compute capability {gpu.cc} from {first} on",
+                    f"use CUDA {first} or newer",
+                    self.data.first_toolkit_source[gpu.cc],
+                )
+        driver_branch = versions.driver_branch(self.stack.driver)
+        if gen is not None and gen.last_driver_branch is not None and driver_branch > gen.last_driver_branch:
+            self.add(
+                "gpu-driver-eol",
+                ERROR,
+                f"driver {self.stack.driver} no longer supports {gen_name} GPUs ({label})",
+                f"R{gen.last_driver_branch} is the last driver branch for {gen_name}; newer drivers refuse the GPU",
+                f'pin driver: "{gen.last_driver_branch}" (and a CUDA/torch that it supports, e.g. profile '
+                "torch-2.9-cu126-legacy)",
+                gen.source or "nv_driver_deprecation",
+            )
+        first = self.data.first_toolkit_for_cc.get(gpu.cc)
+        first_driver = self.data.toolkit_minimum_driver(first) if first else None
+        if first_driver is not None and not versions.driver_satisfies(self.stack.driver, first_driver):
+            self.add(
+                "gpu-driver-too-old",
+                ERROR,
+                f"driver {self.stack.driver} is too old for compute capability {gpu.cc} ({label})",
+                f"{gen_name} GPUs arrived with CUDA {first}, whose driver is {first_driver}; older drivers "
+                "do not know the GPU",
+                f'set driver: "{versions.driver_branch(first_driver)}" or newer',
+                self.data.first_toolkit_source[gpu.cc],
+                "nv_rn_table3",
+                "derived",
+            )
+        self._check_cudnn_cc(gpu, label)
+
+    def _check_cudnn_cc(self, gpu: Gpu, label: str) -> None:
+        if versions.parse(gpu.cc) >= versions.parse(self.data.cudnn_min_cc):
+            return
+        floor = versions.parse(self.data.cudnn_min_cc_release)
+        candidates = []
+        if self.stack.cudnn != "none":
+            candidates.append(
+                (
+                    f"the system cuDNN {self.stack.cudnn}",
+                    self.stack.cudnn,
+                    "set cudnn to a release below 9.11, e.g. 9.10.2.21",
+                )
+            )
+        if self.variant is not None:
+            candidates.append(
+                (
+                    f"torch {self.stack.torch}+{self.variant.name}'s cuDNN {self.variant.cudnn}",
+                    self.variant.cudnn,
+                    "use a torch build that ships cuDNN < 9.11, e.g. a cu126 variant (profile torch-2.9-cu126-legacy)",
+                )
+            )
+        for what, release, fix in candidates:
+            if versions.parse(release) >= floor:
+                self.add(
+                    "gpu-cudnn-sm75",
+                    ERROR,
+                    f"{what} does not support compute capability {gpu.cc} ({label})",
+                    f"cuDNN {self.data.cudnn_min_cc_release} and newer need compute capability "
+                    f'{self.data.cudnn_min_cc}; torch raises "cuDNN version ... is not compatible with devices '
+                    'with SM < 7.5"',
+                    fix,
+                    "pt_cudnn_sm75",
+                )
+
+    def _arch_fix(self, cc: str) -> str:
+        """The nearest torch build that has kernels for `cc`: same release first, then newer, then older."""
+        series = self.series
+        if series is not None:
+            same = [v.name for v in series.variants.values() if covers(v, cc)]
+            if same:
+                return f"set torch_variant: {same[-1]} (torch {self.stack.torch} has kernels for {cc} there)"
+        ordered = sorted(self.data.torch.values(), key=lambda s: versions.parse(s.series))
+        current = versions.parse(series.series) if series else (0,)
+        newer = [
+            (s, v) for s in ordered if versions.parse(s.series) > current for v in s.variants.values() if covers(v, cc)
+        ]
+        if newer:
+            s, v = newer[0]
+            return f"use torch >= {s.series} with {v.name} (for example torch {s.releases[-1]}, torch_variant {v.name})"
+        older = [
+            (s, v) for s in ordered if versions.parse(s.series) < current for v in s.variants.values() if covers(v, cc)
+        ]
+        if older:
+            s, v = older[-1]
+            return f"use torch {s.releases[-1]} with {v.name}, the newest release with kernels for {cc}"
+        return f"no PyTorch release in gpuenv's data has kernels for compute capability {cc}"
+
+    # --- OS ----------------------------------------------------------------------------------
+    def check_os(self, host_facts: Mapping[str, Any] | None) -> None:
+        if host_facts is None:
+            return
+        host_os = self.data.os_from_facts(host_facts)
+        label = " ".join(str(host_facts.get(k, "")) for k in ("distribution", "distribution_version")).strip()
+        if host_os is None:
+            self.add(
+                "os-unknown",
+                WARNING,
+                f"the host runs {label or 'an OS gpuenv cannot name'}, which gpuenv does not know",
+                f"gpuenv's roles are written and tested for {', '.join(self.data.os)}",
+                "expect the roles to stop on this host; use one of those OS releases",
+                "derived",
+            )
+            return
+        self.host_os = host_os
+        if self.stack.os is not None and host_os != self.stack.os:
+            self.add(
+                "os-mismatch",
+                ERROR,
+                f"gpu_stack.os is {self.stack.os} but the host runs {host_os} ({label})",
+                "the stack was declared and checked for another OS; packages and driver sources differ",
+                f"set gpu_stack.os: {host_os} for this group, or move the host to a group for {host_os}",
+                "derived",
+            )
+
+    def resolved(self) -> dict[str, Any]:
+        out = self.stack.as_dict()
+        out["cuda"] = self.toolkit or self.stack.cuda
+        out["cuda_declared"] = self.stack.cuda
+        out["torch_variant"] = self.variant.name if self.variant else self.stack.torch_variant
+        out["torch_variant_derived"] = self.variant_derived
+        out["torch_cuda"] = self.variant.cuda if self.variant else None
+        out["torch_cudnn"] = self.variant.cudnn if self.variant else None
+        out["torch_arch_list"] = self.variant.arch_list() if self.variant else []
+        out["torch_pypi_default"] = bool(self.series and self.variant and self.series.pypi_default == self.variant.name)
+        out["torch_conda_pytorch_channel"] = bool(self.series and self.series.conda_pytorch_channel)
+        out["from_profile"] = self.stack.from_profile
+        out["host_os"] = self.host_os
+        out["gpus"] = [
+            {"label": g.label, "cc": g.cc, "origin": g.origin, "generation": g.generation} for g in self.gpus
+        ]
+        return out
+
+
+def covers(variant: TorchVariant, cc: str) -> bool:
+    """NVIDIA's binary-compatibility rule: SASS sm_M.k runs on M.m for k <= m; PTX A.B JITs on >= A.B."""
+    dev = versions.parse(cc)
+    for sass in variant.sass:
+        built = versions.parse(sass)
+        if built[0] == dev[0] and built <= dev:
+            return True
+    return any(versions.parse(ptx) <= dev for ptx in variant.ptx)
+
+
+def check(
+    stack: Stack,
+    data: CompatData | None = None,
+    host_gpus: Iterable[Mapping[str, str]] = (),
+    host_facts: Mapping[str, Any] | None = None,
+) -> Report:
+    """Judge a well-formed stack (and, where given, the host's GPUs and OS) against the data."""
+    checker = _Checker(stack, data or load())
+    checker.resolve_gpus(host_gpus)
+    checker.check_toolkit()
+    checker.check_torch()
+    checker.check_python()
+    checker.check_driver()
+    checker.check_cudnn()
+    for gpu in checker.gpus:
+        checker.check_gpu(gpu)
+    checker.check_os(host_facts)
+    return Report(stack=stack, gpus=checker.gpus, findings=checker.findings, resolved=checker.resolved())

@@ -1,0 +1,271 @@
+"""The stack file: reading it, its schema, and merging a named profile under the declared keys.
+
+Everything here is about shape, not compatibility: a stack that gets through :func:`parse_stack`
+is well formed, and :mod:`gpuenv.rules` then judges whether it can work.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuenv.compat import CompatData
+
+TOP_KEY = "gpu_stack"
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    required: bool
+    pattern: str
+    example: str
+    help: str
+
+
+# The keys of `gpu_stack`. Roles that need more keys add them here, so that an unknown key is
+# always an error rather than a silently ignored typo.
+FIELDS: dict[str, Field] = {
+    f.name: f
+    for f in (
+        Field(
+            "profile",
+            False,
+            r"[a-z0-9][a-z0-9.\-]*",
+            "torch-2.5-cu124",
+            "a named, pre-checked combination (gpuenv profiles lists them); keys beside it override it",
+        ),
+        Field(
+            "gpu",
+            False,
+            r".+",
+            "NVIDIA GeForce RTX 4090",
+            'a GPU model as nvidia-smi names it, or a compute capability such as "8.9"; a list for mixed hosts',
+        ),
+        Field(
+            "os",
+            False,
+            r"[a-z]+[0-9]+",
+            "debian12",
+            "the hosts' OS (debian12, debian13, ubuntu2204, ubuntu2404, rhel9)",
+        ),
+        Field(
+            "driver", True, r"\d{3}(\.\d+){0,2}", "550", 'a driver branch ("550") or an exact version ("550.163.01")'
+        ),
+        Field("cuda", True, r"\d+\.\d+(\.\d+)?", "12.4.1", "the CUDA toolkit release (X.Y.Z)"),
+        Field(
+            "cudnn",
+            True,
+            r"none|\d+\.\d+\.\d+\.\d+",
+            "9.1.0.70",
+            "the system cuDNN installed into the CUDA tree, four parts, or none",
+        ),
+        Field("python", True, r"3\.\d+", "3.11", "the Python version of the environment"),
+        Field("torch", True, r"\d+\.\d+\.\d+", "2.5.1", "the PyTorch release"),
+        Field(
+            "torch_variant", False, r"cu\d{3}", "cu124", "the PyTorch CUDA wheel variant; derived from cuda when absent"
+        ),
+    )
+}
+
+
+class SpecError(Exception):
+    """The stack cannot be read or does not match the schema (check-spec exit 2)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class Stack:
+    """A well-formed stack, profile merged. Values are strings exactly as declared."""
+
+    driver: str
+    cuda: str
+    cudnn: str
+    python: str
+    torch: str
+    torch_variant: str | None = None
+    profile: str | None = None
+    gpus: list[str] = field(default_factory=list)
+    os: str | None = None
+    from_profile: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "profile": self.profile,
+            "gpu": self.gpus,
+            "os": self.os,
+            "driver": self.driver,
+            "cuda": self.cuda,
+            "cudnn": self.cudnn,
+            "python": self.python,
+            "torch": self.torch,
+            "torch_variant": self.torch_variant,
+        }
+        return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: PyYAML would keep the last one silently."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise SpecError(
+                [
+                    f"line {key_node.start_mark.line + 1}: key {key!r} appears twice "
+                    f"(first on line {seen[key]}); YAML would silently keep only the last one. "
+                    "Fix: remove one of them."
+                ]
+            )
+        seen[key] = key_node.start_mark.line + 1
+    loader.flatten_mapping(node)
+    return dict(loader.construct_pairs(node))
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_stack_file(path: Path) -> dict[str, Any]:
+    """Read a stack file and return its `gpu_stack` mapping, or raise SpecError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(
+            [f"{path}: no such file. Fix: give the path of a group_vars file that holds gpu_stack."]
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"{path}: cannot be read ({exc})."]) from None
+    try:
+        document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    except SpecError as exc:
+        raise SpecError([f"{path}: {p}" for p in exc.problems]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([f"{path}: not valid YAML: {exc}"]) from None
+    if not isinstance(document, dict) or TOP_KEY not in document:
+        raise SpecError(
+            [
+                f"{path}: no top-level '{TOP_KEY}' key. A stack file is a group_vars file whose "
+                f"'{TOP_KEY}:' mapping declares the stack; see the README's stack file reference."
+            ]
+        )
+    stack = document[TOP_KEY]
+    if not isinstance(stack, dict):
+        raise SpecError([f"{path}: '{TOP_KEY}' must be a mapping of keys to values, not {_kind(stack)}."])
+    return stack
+
+
+def _kind(value: Any) -> str:  # noqa: PLR0911 - one return per YAML type
+    if value is None:
+        return "empty"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _as_text(key: str, value: Any, problems: list[str]) -> str | None:
+    """One scalar value as a string, with the classic YAML traps turned into clear errors."""
+    spec = FIELDS[key]
+    if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+        hint = " (write none as the word none)" if key == "cudnn" and value is None else ""
+        problems.append(f'gpu_stack.{key}: expected a string such as "{spec.example}", got {_kind(value)}{hint}.')
+        return None
+    if isinstance(value, float):
+        # python: 3.10 is the float 3.1 to YAML; cuda: 12.10 would be 12.1.
+        problems.append(
+            f"gpu_stack.{key}: {value!r} was read as a number, which loses digits "
+            f'(3.10 becomes 3.1). Fix: quote it, e.g. {key}: "{spec.example}".'
+        )
+        return None
+    text = str(value).strip()
+    if "{{" in text or "{%" in text:
+        problems.append(
+            f"gpu_stack.{key}: {text!r} is a Jinja template; check-spec reads literal values. "
+            "Fix: write the value itself, or run the playbook, whose preflight sees rendered values."
+        )
+        return None
+    if not re.fullmatch(spec.pattern, text):
+        problems.append(f'gpu_stack.{key}: {text!r} is not {spec.help} (for example "{spec.example}").')
+        return None
+    return text
+
+
+def parse_stack(raw: dict[str, Any], data: CompatData) -> Stack:
+    """Validate a `gpu_stack` mapping, merge its profile, and return the Stack (or raise SpecError)."""
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    for raw_key, value in raw.items():
+        key = str(raw_key)
+        if key not in FIELDS:
+            close = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.5)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            problems.append(f"gpu_stack.{key}: unknown key.{hint} Known keys: {', '.join(FIELDS)}.")
+            continue
+        if key == "gpu" and isinstance(value, list):
+            if not value:
+                problems.append("gpu_stack.gpu: the list is empty; leave the key out instead.")
+            gpus = [_as_text("gpu", item, problems) for item in value]
+            values[key] = [g for g in gpus if g is not None]
+            continue
+        text = _as_text(key, value, problems)
+        if text is not None:
+            values[key] = [text] if key == "gpu" else text
+
+    from_profile: list[str] = []
+    profile_name = values.get("profile")
+    if profile_name is not None:
+        profile = data.profiles.get(profile_name)
+        if profile is None:
+            close = difflib.get_close_matches(profile_name, data.profiles, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            problems.append(
+                f"gpu_stack.profile: no profile named {profile_name!r}.{hint} "
+                f"Known profiles: {', '.join(sorted(data.profiles))} (gpuenv profiles shows them)."
+            )
+        else:
+            for key, value in profile.stack.items():
+                if key not in values:
+                    values[key] = value
+                    from_profile.append(key)
+
+    if "os" in values and values["os"] not in data.os:
+        problems.append(f"gpu_stack.os: {values['os']!r} is not one of {', '.join(data.os)}.")
+    declared = {str(k) for k in raw}
+    missing = [k for k, f in FIELDS.items() if f.required and k not in values and k not in declared]
+    if missing:
+        problems.append(
+            f"gpu_stack: missing {', '.join(missing)}. Fix: declare them, or name a profile that "
+            "provides them (gpuenv profiles lists the profiles)."
+        )
+    if problems:
+        raise SpecError(problems)
+    return Stack(
+        driver=values["driver"],
+        cuda=values["cuda"],
+        cudnn=values["cudnn"],
+        python=values["python"],
+        torch=values["torch"],
+        torch_variant=values.get("torch_variant"),
+        profile=profile_name,
+        gpus=values.get("gpu", []),
+        os=values.get("os"),
+        from_profile=from_profile,
+    )

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def gpuenv_cmd() -> list[str]:
+    """The gpuenv command as a user runs it (the console script when installed)."""
+    script = Path(sys.executable).parent / "gpuenv"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gpuenv"]
+
+
+@pytest.fixture
+def venv_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    env.pop("ANSIBLE_INVENTORY", None)
+    return env

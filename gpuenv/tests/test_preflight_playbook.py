@@ -1,0 +1,126 @@
+"""The Ansible preflight (playbooks/preflight.yml, role gpu_stack) on the controller itself.
+
+These plays only read (facts, `command -v nvidia-smi`), so running them on localhost is safe.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import gpuenv.checkspec
+
+pytestmark = pytest.mark.ansible
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "plugins" / "filter"))
+from gpuenv_stack import FilterModule  # noqa: E402 - the plugin lives outside the package
+
+
+def _inventory(tmp_path: Path, stack: dict[str, Any] | None) -> Path:
+    inv = tmp_path / "inventory"
+    (inv / "group_vars").mkdir(parents=True)
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"hosts": {"localhost": host}}}}}))
+    if stack is not None:
+        (inv / "group_vars" / "gpu_hosts.yml").write_text(yaml.safe_dump({"gpu_stack": stack}))
+    return inv
+
+
+def _play(
+    venv_env: dict[str, str],
+    inv: Path,
+    *extra: str,
+    path_prefix: Path | None = None,
+    playbook: str = "playbooks/preflight.yml",
+) -> subprocess.CompletedProcess[str]:
+    env = dict(venv_env)
+    env["ANSIBLE_NOCOLOR"] = "1"
+    env["ANSIBLE_LOCAL_TEMP"] = str(inv.parent / "ansible-tmp")
+    if path_prefix is not None:
+        env["PATH"] = f"{path_prefix}{os.pathsep}{env['PATH']}"
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), playbook, *extra],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+GOOD = {"profile": "torch-2.5-cu124", "gpu": "NVIDIA GeForce RTX 4090"}
+
+
+def test_compatible_stack_passes_and_changes_nothing(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    run = _play(venv_env, _inventory(tmp_path, GOOD))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "compatible: 2.5.1+cu124" in run.stdout
+    assert "changed=0" in run.stdout
+
+
+def test_incompatible_stack_stops_with_the_reasons(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    run = _play(venv_env, _inventory(tmp_path, {**GOOD, "gpu": "NVIDIA GeForce RTX 5090"}))
+    assert run.returncode != 0
+    assert "torch 2.5.1+cu124 has no kernels for compute capability 12.0" in run.stdout
+    assert "fix: use torch >= 2.7 with cu128" in run.stdout
+
+
+def test_incompatible_stack_also_fails_in_check_mode(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    run = _play(venv_env, _inventory(tmp_path, {**GOOD, "driver": "470"}), "--check")
+    assert run.returncode != 0
+    assert "driver 470 is too old for CUDA 12.4.1" in run.stdout
+
+
+def test_site_yml_starts_with_the_preflight() -> None:
+    site = yaml.safe_load((REPO / "playbooks/site.yml").read_text())
+    assert site[0]["ansible.builtin.import_playbook"] == "preflight.yml"
+
+
+def test_detected_gpus_are_checked(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    smi = fake / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA GeForce RTX 5090, 12.0'\n")
+    smi.chmod(0o755)
+    run = _play(venv_env, _inventory(tmp_path, GOOD), path_prefix=fake)
+    assert run.returncode != 0
+    assert "no kernels for compute capability 12.0 (NVIDIA GeForce RTX 5090)" in run.stdout
+
+
+def test_nvidia_smi_failure_that_is_not_no_driver_fails_the_probe(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    smi = fake / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'Unable to determine the device handle for GPU0: Unknown Error' >&2\nexit 15\n")
+    smi.chmod(0o755)
+    run = _play(venv_env, _inventory(tmp_path, GOOD), path_prefix=fake)
+    assert run.returncode != 0
+    assert "List the host's GPUs with nvidia-smi" in run.stdout
+
+
+def test_missing_stack_says_how_to_declare_one(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    run = _play(venv_env, _inventory(tmp_path, None))
+    assert run.returncode != 0
+    assert "No gpu_stack is declared for localhost" in run.stdout
+
+
+def test_os_mismatch_is_refused(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    run = _play(venv_env, _inventory(tmp_path, {**GOOD, "os": "rhel9"}))
+    assert run.returncode != 0
+    assert "gpu_stack.os is rhel9 but the host runs" in run.stdout
+
+
+@pytest.mark.parametrize("stack", [GOOD, {**GOOD, "gpu": "RTX 5090"}, {"driver": 550}, {**GOOD, "python": 3.1}])
+def test_filter_and_check_spec_agree(stack: dict[str, Any]) -> None:
+    plugin = FilterModule().filters()["gpuenv_check_stack"]
+    from_filter = plugin(stack)
+    from_filter.pop("text")
+    assert from_filter == gpuenv.checkspec.check_mapping(stack)

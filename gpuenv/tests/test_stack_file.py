@@ -1,0 +1,118 @@
+"""Malformed stack files: `gpuenv check-spec` exits 2 and says what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuenv.checkspec import check_file
+
+GOOD = """\
+gpu_stack:
+  driver: "550"
+  cuda: "12.4.1"
+  cudnn: "9.1.0.70"
+  python: "3.11"
+  torch: "2.5.1"
+"""
+
+# (id, file content or None for a missing file, words the message must contain)
+MALFORMED: list[tuple[str, str | None, list[str]]] = [
+    ("missing-file", None, ["no such file"]),
+    ("not-yaml", "gpu_stack: [unclosed\n  driver: 550\n", ["not valid YAML"]),
+    ("empty-file", "", ["no top-level 'gpu_stack' key"]),
+    ("no-gpu-stack-key", "stack:\n  driver: '550'\n", ["no top-level 'gpu_stack' key"]),
+    ("gpu-stack-is-a-list", "gpu_stack:\n  - driver\n", ["must be a mapping", "a list"]),
+    ("unknown-key-with-suggestion", GOOD + "  cudnn_version: '9.1.0.70'\n", ["unknown key", "Did you mean 'cudnn'"]),
+    ("python-as-float", GOOD.replace('python: "3.11"', "python: 3.10"), ["read as a number", "quote it"]),
+    ("cuda-as-float", GOOD.replace('cuda: "12.4.1"', "cuda: 12.4"), ["read as a number"]),
+    ("cuda-not-a-version", GOOD.replace('cuda: "12.4.1"', "cuda: twelve"), ["gpu_stack.cuda", "'twelve'"]),
+    ("driver-too-short", GOOD.replace('driver: "550"', 'driver: "55"'), ["gpu_stack.driver", "branch"]),
+    ("duplicate-key", GOOD + '  torch: "2.4.1"\n', ["appears twice", "line 6"]),
+    (
+        "unknown-profile",
+        "gpu_stack:\n  profile: torch-2.5-cu12\n",
+        ["no profile named", "Did you mean 'torch-2.5-cu124'"],
+    ),
+    ("missing-required", 'gpu_stack:\n  driver: "550"\n', ["missing cuda, cudnn, python, torch"]),
+    ("empty-gpu-list", GOOD + "  gpu: []\n", ["list is empty"]),
+    ("cudnn-null", GOOD.replace('cudnn: "9.1.0.70"', "cudnn:"), ["gpu_stack.cudnn", "write none as the word none"]),
+    ("templated-value", GOOD.replace('torch: "2.5.1"', 'torch: "{{ torch_release }}"'), ["Jinja template"]),
+    ("unknown-os", GOOD + "  os: windows11\n", ["gpu_stack.os", "debian12"]),
+    ("torch-major-minor-only", GOOD.replace('torch: "2.5.1"', 'torch: "2.5"'), ["gpu_stack.torch"]),
+    ("boolean-value", GOOD.replace('cudnn: "9.1.0.70"', "cudnn: no"), ["gpu_stack.cudnn", "a boolean"]),
+    ("bad-variant", GOOD + "  torch_variant: cuda124\n", ["gpu_stack.torch_variant"]),
+]
+
+
+@pytest.mark.parametrize(("content", "words"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+def test_malformed_stack_files_exit_2(tmp_path: Path, content: str | None, words: list[str]) -> None:
+    path = tmp_path / "stack.yml"
+    if content is not None:
+        path.write_text(content)
+    result = check_file(path)
+    assert result["exit_code"] == 2
+    assert result["verdict"] == "invalid"
+    text = " ".join(e["message"] for e in result["errors"])
+    for word in words:
+        assert word in text, text
+
+
+def test_a_group_vars_file_may_hold_other_variables(tmp_path: Path) -> None:
+    path = tmp_path / "gpu_hosts.yml"
+    path.write_text("ansible_user: admin\n" + GOOD)
+    assert check_file(path)["exit_code"] == 0
+
+
+def test_unquoted_integer_driver_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "stack.yml"
+    path.write_text(GOOD.replace('driver: "550"', "driver: 550"))
+    assert check_file(path)["stack"]["driver"] == "550"
+
+
+@pytest.mark.parametrize(("content", "code"), [(GOOD, 0), (GOOD.replace('"550"', '"470"'), 1), ("nope: 1\n", 2)])
+def test_cli_exit_codes_and_json(tmp_path: Path, gpuenv_cmd: list[str], content: str, code: int) -> None:
+    path = tmp_path / "stack.yml"
+    path.write_text(content)
+    text = subprocess.run([*gpuenv_cmd, "check-spec", str(path)], capture_output=True, text=True, check=False)
+    assert text.returncode == code, text.stdout + text.stderr
+    assert f"exit {code})" in text.stdout
+    out = subprocess.run([*gpuenv_cmd, "check-spec", "--json", str(path)], capture_output=True, text=True, check=False)
+    assert out.returncode == code
+    result = json.loads(out.stdout)
+    assert result["exit_code"] == code
+    assert result["verdict"] == ["compatible", "incompatible", "invalid"][code]
+
+
+def test_cli_gpu_option_overrides_the_file(tmp_path: Path, gpuenv_cmd: list[str]) -> None:
+    path = tmp_path / "stack.yml"
+    path.write_text(GOOD + '  gpu: "RTX 4090"\n')
+    out = subprocess.run(
+        [*gpuenv_cmd, "check-spec", str(path), "--gpu", "RTX 5090"], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 1
+    assert "torch 2.5.1+cu124 has no kernels for compute capability 12.0 (RTX 5090)" in out.stdout
+
+
+def test_cli_profiles_lists_every_profile(gpuenv_cmd: list[str]) -> None:
+    out = subprocess.run([*gpuenv_cmd, "profiles", "--json"], capture_output=True, text=True, check=True)
+    names = {p["name"] for p in json.loads(out.stdout)}
+    assert {"torch-2.5-cu124", "torch-2.7-cu128", "debian12-stock"} <= names
+
+
+def test_example_inventory_stack_is_compatible(repo: Path, gpuenv_cmd: list[str]) -> None:
+    out = subprocess.run(
+        [*gpuenv_cmd, "check-spec", str(repo / "inventory/example/group_vars/gpu_hosts.yml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout
+
+
+@pytest.mark.parametrize(("name", "code"), [("rtx5090-on-torch-2.5.yml", 1), ("pascal-workstation.yml", 0)])
+def test_documented_examples_give_their_verdicts(repo: Path, name: str, code: int) -> None:
+    assert check_file(repo / "docs" / "examples" / name)["exit_code"] == code
