@@ -84,23 +84,27 @@ def test_site_yml_starts_with_the_preflight() -> None:
     assert site[0]["ansible.builtin.import_playbook"] == "preflight.yml"
 
 
-def test_detected_gpus_are_checked(tmp_path: Path, venv_env: dict[str, str]) -> None:
+def _fake_nvidia_smi(tmp_path: Path, script: str) -> Path:
+    """A directory holding an nvidia-smi that runs `script`, to put first on PATH."""
     fake = tmp_path / "bin"
     fake.mkdir()
     smi = fake / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'NVIDIA GeForce RTX 5090, 12.0'\n")
+    smi.write_text(f"#!/bin/sh\n{script}\n")
     smi.chmod(0o755)
+    return fake
+
+
+def test_detected_gpus_are_checked(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    fake = _fake_nvidia_smi(tmp_path, "echo 'NVIDIA GeForce RTX 5090, 12.0'")
     run = _play(venv_env, _inventory(tmp_path, GOOD), path_prefix=fake)
     assert run.returncode != 0
     assert "no kernels for compute capability 12.0 (NVIDIA GeForce RTX 5090)" in run.stdout
 
 
 def test_nvidia_smi_failure_that_is_not_no_driver_fails_the_probe(tmp_path: Path, venv_env: dict[str, str]) -> None:
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    smi = fake / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'Unable to determine the device handle for GPU0: Unknown Error' >&2\nexit 15\n")
-    smi.chmod(0o755)
+    fake = _fake_nvidia_smi(
+        tmp_path, "echo 'Unable to determine the device handle for GPU0: Unknown Error' >&2; exit 15"
+    )
     run = _play(venv_env, _inventory(tmp_path, GOOD), path_prefix=fake)
     assert run.returncode != 0
     assert "List the host's GPUs with nvidia-smi" in run.stdout
