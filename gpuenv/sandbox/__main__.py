@@ -1,0 +1,94 @@
+"""`scripts/sandbox` (python -m gpuenv.sandbox): the local test fleet and its artifact mirror."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gpuenv.sandbox import faults, fleet
+from gpuenv.sandbox.util import SandboxError
+
+DEFAULT_INVENTORY = Path(__file__).resolve().parents[2] / "inventory" / "sandbox" / "hosts.yml"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/sandbox", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_up = sub.add_parser("up", help="boot N Debian hosts reachable over SSH (idempotent)")
+    p_up.add_argument("count", type=int)
+    p_up.add_argument(
+        "--os",
+        action="append",
+        default=[],
+        choices=["debian12", "debian13"],
+        help="OS of host 1, 2, ... (repeat; the last one fills the rest); default debian12",
+    )
+    p_up.add_argument("--inventory", type=Path, default=DEFAULT_INVENTORY, help="where to write the inventory")
+    sub.add_parser("down", help="stop every host and remove all the sandbox made (cached roots stay)")
+    p_status = sub.add_parser("status", help="the hosts and whether they answer")
+    p_status.add_argument("--json", action="store_true")
+    p_inv = sub.add_parser("inventory", help="print the inventory's path (--show: its content)")
+    p_inv.add_argument("--show", action="store_true")
+    sub.add_parser("leftovers", help="list what of the sandbox exists on this machine (nothing after down)")
+    p_fault = sub.add_parser("fault", help="inject a fault: stop, start, cut, slow, disk, restore")
+    p_fault.add_argument("action", choices=["stop", "start", "cut", "slow", "disk", "restore"])
+    p_fault.add_argument("host")
+    p_fault.add_argument("--rate", default="1mbit", help="slow: the bandwidth, e.g. 512kbit")
+    p_fault.add_argument("--path", default="/opt/gpuenv", help="disk: where the small disk is mounted")
+    p_fault.add_argument("--size-mb", type=int, default=64, help="disk: its size in MiB")
+    p_sup = sub.add_parser("supervise", help=argparse.SUPPRESS)
+    p_sup.add_argument("host")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "up":
+            state = fleet.up(args.count, args.os, args.inventory)
+            for host in state.hosts.values():
+                print(f"{host.name}  {host.os:9} {host.ip}")
+            print(f"inventory: {args.inventory}")
+            print(f"try: ansible all -m ping -i {args.inventory}")
+        elif args.command == "down":
+            fleet.down()
+            left = fleet.leftovers()
+            if left:
+                print("sandbox: down left these behind:\n  " + "\n  ".join(left), file=sys.stderr)
+                return 1
+        elif args.command == "status":
+            rows = fleet.status()
+            if args.json:
+                print(json.dumps(rows, indent=2))
+            elif not rows:
+                print("no sandbox hosts (scripts/sandbox up N)")
+            for r in [] if args.json else rows:
+                print(
+                    f"{r['name']}  {r['os']:9} {r['ip']:12} {'running' if r['running'] else 'stopped':8} "
+                    f"ssh {'up' if r['ssh'] else 'down'}  {' '.join(r['faults'])}"
+                )
+        elif args.command == "inventory":
+            state = fleet.State.load()
+            if not state.inventory:
+                raise SandboxError("no sandbox is up: run scripts/sandbox up N")
+            print(Path(state.inventory).read_text() if args.show else state.inventory)
+        elif args.command == "leftovers":
+            left = fleet.leftovers()
+            print("\n".join(left) if left else "nothing")
+            return 1 if left else 0
+        elif args.command == "fault":
+            if args.action == "slow":
+                faults.slow(args.host, args.rate)
+            elif args.action == "disk":
+                faults.disk(args.host, args.path, args.size_mb)
+            else:
+                getattr(faults, args.action)(args.host)
+        elif args.command == "supervise":
+            return fleet.supervise(args.host)
+    except SandboxError as exc:
+        print(f"sandbox: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

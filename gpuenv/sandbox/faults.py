@@ -1,0 +1,113 @@
+"""Fault injection on sandbox hosts, for tests of what gpuenv does when things go wrong."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from gpuenv.sandbox.fleet import Host, State, is_running, restart, stop_host
+from gpuenv.sandbox.util import SandboxError, run
+
+
+def _host(state: State, name: str) -> Host:
+    host = state.hosts.get(name)
+    if host is None:
+        known = ", ".join(state.hosts) or "none (run `scripts/sandbox up N` first)"
+        raise SandboxError(f"no sandbox host named {name!r}; hosts: {known}")
+    return host
+
+
+def _mark(state: State, host: Host, fault: str, on: bool) -> None:
+    if on and fault not in host.faults:
+        host.faults.append(fault)
+    if not on and fault in host.faults:
+        host.faults.remove(fault)
+    state.save()
+
+
+def stop(name: str) -> None:
+    """Power the host off (its disk and network stay): unreachable until `start`."""
+    state = State.load()
+    host = _host(state, name)
+    stop_host(host)
+    _mark(state, host, "stopped", True)
+
+
+def start(name: str) -> None:
+    state = State.load()
+    host = _host(state, name)
+    restart(host)
+    _mark(state, host, "stopped", False)
+
+
+def cut(name: str) -> None:
+    """Take the host's link down: packets are lost, connections time out."""
+    state = State.load()
+    host = _host(state, name)
+    run(["ip", "link", "set", host.veth, "down"])
+    _mark(state, host, "cut", True)
+
+
+def slow(name: str, rate: str = "1mbit") -> None:
+    """Limit what the host receives to `rate` (tc tbf on the controller's end of its link)."""
+    if not re.fullmatch(r"\d+(kbit|mbit|gbit)", rate):
+        raise SandboxError(f"rate {rate!r}: write it as tc does, e.g. 512kbit or 2mbit")
+    state = State.load()
+    host = _host(state, name)
+    run(
+        [
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            host.veth,
+            "root",
+            "tbf",
+            "rate",
+            rate,
+            "burst",
+            "32kbit",
+            "latency",
+            "400ms",
+        ],
+        capture=True,
+    )
+    _mark(state, host, f"slow:{rate}", True)
+
+
+def disk(name: str, path: str, size_mb: int) -> None:
+    """Give the host a small ext4 disk of `size_mb` MiB at `path` (restarts the host to mount it)."""
+    if not path.startswith("/") or path == "/":
+        raise SandboxError(f"disk path {path!r}: give an absolute directory inside the host, e.g. /opt/gpuenv")
+    if not 8 <= size_mb <= 65536:
+        raise SandboxError("disk size: from 8 to 65536 MiB")
+    state = State.load()
+    host = _host(state, name)
+    slug = path.strip("/").replace("/", "_")
+    image = host.dir() / f"disk-{slug}.img"
+    mount = host.dir() / "disks" / slug
+    with image.open("wb") as f:
+        f.truncate(size_mb * 1024 * 1024)
+    run(["mkfs.ext4", "-q", "-F", str(image)], capture=True)
+    host.disks = [d for d in host.disks if d["path"] != path]
+    host.disks.append({"path": path, "image": str(image), "mount": str(mount), "size_mb": str(size_mb)})
+    (host.root() / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    state.save()
+    restart(host)
+
+
+def restore(name: str) -> None:
+    """Undo every fault on the host: link up, no rate limit, no small disks, running."""
+    state = State.load()
+    host = _host(state, name)
+    run(["ip", "link", "set", host.veth, "up"])
+    run(["tc", "qdisc", "del", "dev", host.veth, "root"], capture=True, check=False)
+    needs_restart = bool(host.disks) or "stopped" in host.faults or not is_running(host)
+    for d in host.disks:
+        run(["umount", "-l", d["mount"]], capture=True, check=False)
+        Path(d["image"]).unlink(missing_ok=True)
+    host.disks = []
+    host.faults = []
+    state.save()
+    if needs_restart:
+        restart(host)

@@ -1,0 +1,677 @@
+"""The sandbox fleet: Debian hosts booted with systemd under systemd-nspawn, each in its own network
+namespace on a private bridge, reached by Ansible over real SSH.
+
+Everything the sandbox creates is named `gpuenv-*` / `gsb-*` or lives under its state directory, so
+that `down` can find and remove it even after a crashed `up` that recorded nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuenv.sandbox import roots
+from gpuenv.sandbox.util import SandboxError, run
+
+BRIDGE = "gpuenv-br0"
+NETNS_PREFIX = "gpuenv-"
+VETH_PREFIX = "gsb-"
+RULE_COMMENT = "gpuenv-sandbox"
+SUBNET = ipaddress.ip_network(os.environ.get("GPUENV_SANDBOX_SUBNET", "10.199.0.0/24"))
+MIRROR_PORT = 8000
+# systemd-nspawn's exit status when the container asked for a reboot (systemd-nspawn(1)).
+REBOOT_EXIT = 133
+
+
+def sandbox_dir() -> Path:
+    return Path(os.environ.get("GPUENV_SANDBOX_DIR", "/var/lib/gpuenv/sandbox"))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GPUENV_CACHE", "/var/cache/gpuenv"))
+
+
+def controller_ip() -> str:
+    return str(SUBNET.network_address + 1)
+
+
+@dataclass
+class Host:
+    name: str
+    os: str
+    index: int
+    ip: str
+    base: str
+    disks: list[dict[str, str]] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+
+    @property
+    def netns(self) -> str:
+        return f"{NETNS_PREFIX}{self.name}"
+
+    @property
+    def veth(self) -> str:
+        return f"{VETH_PREFIX}{self.index}"
+
+    def dir(self) -> Path:
+        return sandbox_dir() / "hosts" / self.name
+
+    def root(self) -> Path:
+        return self.dir() / "root"
+
+
+@dataclass
+class State:
+    hosts: dict[str, Host] = field(default_factory=dict)
+    ip_forward_before: str | None = None
+    inventory: str | None = None
+
+    @staticmethod
+    def path() -> Path:
+        return sandbox_dir() / "state.json"
+
+    @classmethod
+    def load(cls) -> State:
+        path = cls.path()
+        if not path.exists():
+            return cls()
+        raw = json.loads(path.read_text())
+        return cls(
+            hosts={name: Host(**h) for name, h in raw.get("hosts", {}).items()},
+            ip_forward_before=raw.get("ip_forward_before"),
+            inventory=raw.get("inventory"),
+        )
+
+    def save(self) -> None:
+        path = self.path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {
+            "hosts": {n: asdict(h) for n, h in self.hosts.items()},
+            "ip_forward_before": self.ip_forward_before,
+            "inventory": self.inventory,
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(path)
+
+
+# --- preconditions -------------------------------------------------------------------------------
+def require_root_and_tools() -> None:
+    if os.geteuid() != 0:
+        raise SandboxError("the sandbox needs root (network namespaces, mounts, systemd-nspawn): run it as root")
+    missing = [
+        t
+        for t in ("debootstrap", "systemd-nspawn", "ip", "iptables", "ssh", "ssh-keygen", "mount")
+        if shutil.which(t) is None
+    ]
+    if missing:
+        raise SandboxError(f"missing {', '.join(missing)}: run ./scripts/setup, which installs the sandbox's packages")
+
+
+# --- controller network --------------------------------------------------------------------------
+def _iptables_rules() -> list[list[str]]:
+    net = str(SUBNET)
+    return [
+        ["-t", "nat", "POSTROUTING", "-s", net, "!", "-o", BRIDGE, "-j", "MASQUERADE"],
+        ["-t", "filter", "FORWARD", "-i", BRIDGE, "-j", "ACCEPT"],
+        [
+            "-t",
+            "filter",
+            "FORWARD",
+            "-o",
+            BRIDGE,
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "RELATED,ESTABLISHED",
+            "-j",
+            "ACCEPT",
+        ],
+    ]
+
+
+def _rule(op: str, rule: list[str]) -> list[str]:
+    table, chain, spec = rule[:2], rule[2], rule[3:]
+    return ["iptables", *table, op, chain, *spec, "-m", "comment", "--comment", RULE_COMMENT]
+
+
+def _link_exists(name: str) -> bool:
+    return run(["ip", "link", "show", name], capture=True, check=False).returncode == 0
+
+
+def ensure_network(state: State) -> None:
+    if not _link_exists(BRIDGE):
+        overlap = run(["ip", "-o", "route", "show", "to", "match", str(SUBNET.network_address + 1)], capture=True)
+        for line in overlap.stdout.splitlines():
+            if not line.startswith("default"):
+                raise SandboxError(
+                    f"the sandbox subnet {SUBNET} is already routed on this machine ({line.strip()}); "
+                    "set GPUENV_SANDBOX_SUBNET to a free /24"
+                )
+        run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        run(["ip", "addr", "add", f"{controller_ip()}/{SUBNET.prefixlen}", "dev", BRIDGE])
+        run(["ip", "link", "set", BRIDGE, "up"])
+    forward = Path("/proc/sys/net/ipv4/ip_forward")
+    if state.ip_forward_before is None:
+        state.ip_forward_before = forward.read_text().strip()
+        state.save()
+    forward.write_text("1\n")
+    for rule in _iptables_rules():
+        if run(_rule("-C", rule), capture=True, check=False).returncode != 0:
+            run(_rule("-I", rule), capture=True)
+
+
+def teardown_network(state: State) -> None:
+    for rule in _iptables_rules():
+        while run(_rule("-C", rule), capture=True, check=False).returncode == 0:
+            run(_rule("-D", rule), capture=True)
+    # Rules left by a sandbox with another subnet: any rule carrying our comment.
+    for table in ("nat", "filter"):
+        listing = run(["iptables", "-t", table, "-S"], capture=True, check=False).stdout
+        for line in listing.splitlines():
+            if f"--comment {RULE_COMMENT}" in line and line.startswith("-A "):
+                args = line.split()
+                run(["iptables", "-t", table, "-D", *args[1:]], capture=True, check=False)
+    if _link_exists(BRIDGE):
+        run(["ip", "link", "del", BRIDGE])
+    if state.ip_forward_before is not None:
+        Path("/proc/sys/net/ipv4/ip_forward").write_text(state.ip_forward_before + "\n")
+
+
+def _host_network(host: Host) -> None:
+    if run(["ip", "netns", "list"], capture=True).stdout.split().count(host.netns) == 0:
+        run(["ip", "netns", "add", host.netns])
+    if not _link_exists(host.veth):
+        peer = f"gsbc-{host.index}"
+        run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", peer])
+        run(["ip", "link", "set", peer, "netns", host.netns])
+        run(["ip", "-n", host.netns, "link", "set", peer, "name", "eth0"])
+        run(["ip", "-n", host.netns, "addr", "add", f"{host.ip}/{SUBNET.prefixlen}", "dev", "eth0"])
+        run(["ip", "-n", host.netns, "link", "set", "eth0", "up"])
+        run(["ip", "-n", host.netns, "link", "set", "lo", "up"])
+        run(["ip", "-n", host.netns, "route", "add", "default", "via", controller_ip()])
+    run(["ip", "link", "set", host.veth, "master", BRIDGE])
+    run(["ip", "link", "set", host.veth, "up"])
+
+
+# --- host filesystem -----------------------------------------------------------------------------
+def _mounted(path: Path) -> bool:
+    return any(line.split()[1] == str(path) for line in Path("/proc/mounts").read_text().splitlines())
+
+
+def _mount_root(host: Host) -> None:
+    d = host.dir()
+    for sub in ("upper", "work", "root"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    if not _mounted(host.root()):
+        run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={host.base},upperdir={d / 'upper'},workdir={d / 'work'}",
+                str(host.root()),
+            ]
+        )
+    for disk in host.disks:
+        mnt = Path(disk["mount"])
+        if not _mounted(mnt):
+            mnt.mkdir(parents=True, exist_ok=True)
+            run(["mount", "-o", "loop", disk["image"], str(mnt)])
+
+
+def _controller_extra_cas(host_root: Path) -> list[str]:
+    """Certificates the controller trusts that the host's bundle lacks (e.g. a TLS proxy's CA)."""
+
+    def certs(path: Path) -> list[str]:
+        if not path.exists():
+            return []
+        text = path.read_text()
+        out, current = [], []
+        for line in text.splitlines():
+            current.append(line)
+            if line.startswith("-----END CERTIFICATE-----"):
+                out.append("\n".join(c for c in current if not c.startswith("#")).strip() + "\n")
+                current = []
+        return out
+
+    have = set(certs(host_root / "etc/ssl/certs/ca-certificates.crt"))
+    return [c for c in certs(Path("/etc/ssl/certs/ca-certificates.crt")) if c not in have]
+
+
+def _customize(host: Host, pubkey: str) -> None:
+    root = host.root()
+    marker = root / "etc/gpuenv-sandbox-host"
+    (root / "etc/hostname").write_text(host.name + "\n")
+    (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {host.name}\n{controller_ip()} controller\n")
+    resolv = Path("/etc/resolv.conf").read_text()
+    (root / "etc/resolv.conf").unlink(missing_ok=True)
+    (root / "etc/resolv.conf").write_text(resolv)
+    ssh_dir = root / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(pubkey)
+    (ssh_dir / "authorized_keys").chmod(0o600)
+    if marker.exists():
+        return
+    (root / "etc/machine-id").write_text(secrets.token_hex(16) + "\n")
+    run(["ssh-keygen", "-A", "-f", str(root)], capture=True)
+    (root / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
+    (root / "etc/ssh/sshd_config.d/gpuenv-sandbox.conf").write_text(
+        "PasswordAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n"
+    )
+    extra = _controller_extra_cas(root)
+    if extra:
+        ca_dir = root / "usr/local/share/ca-certificates/gpuenv-controller"
+        ca_dir.mkdir(parents=True, exist_ok=True)
+        for i, cert in enumerate(extra):
+            (ca_dir / f"controller-{i:03d}.crt").write_text(cert)
+        run(["chroot", str(root), "update-ca-certificates"], capture=True)
+    marker.write_text(f"{host.os}\n")
+
+
+# --- host processes ------------------------------------------------------------------------------
+def _pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+def nspawn_argv(host: Host) -> list[str]:
+    argv = [
+        "systemd-nspawn",
+        "--quiet",
+        "--boot",
+        "--directory",
+        str(host.root()),
+        "--register=no",
+        "--keep-unit",
+        f"--network-namespace-path=/run/netns/{host.netns}",
+        f"--machine={host.name}",
+        f"--hostname={host.name}",
+        "--resolv-conf=off",
+        "--timezone=off",
+        "--link-journal=no",
+        "--console=passive",
+    ]
+    argv += [f"--bind={d['mount']}:{d['path']}" for d in host.disks]
+    return argv
+
+
+def supervise(name: str) -> int:
+    """Run a host's systemd-nspawn until it exits for a reason other than a reboot request."""
+    host = State.load().hosts[name]
+    while True:
+        proc = subprocess.Popen(nspawn_argv(host))  # noqa: S603
+        (host.dir() / "nspawn.pid").write_text(str(proc.pid))
+        code = proc.wait()
+        if code != REBOOT_EXIT:
+            return code
+
+
+def start_host(host: Host) -> None:
+    if _pid(host.dir() / "supervisor.pid"):
+        return
+    logfile = (host.dir() / "console.log").open("ab")
+    proc = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-m", "gpuenv.sandbox", "supervise", host.name],
+        stdin=subprocess.DEVNULL,
+        stdout=logfile,
+        stderr=logfile,
+        start_new_session=True,
+    )
+    (host.dir() / "supervisor.pid").write_text(str(proc.pid))
+
+
+def stop_host(host: Host, timeout: float = 30) -> None:
+    supervisor = _pid(host.dir() / "supervisor.pid")
+    nspawn = _pid(host.dir() / "nspawn.pid")
+    if nspawn:
+        # SIGTERM asks nspawn for an orderly shutdown of the container's systemd.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(nspawn, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (_pid(host.dir() / "nspawn.pid") or _pid(host.dir() / "supervisor.pid")):
+        time.sleep(0.3)
+    for pid in (nspawn, supervisor):
+        if pid and _pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    for f in ("nspawn.pid", "supervisor.pid"):
+        (host.dir() / f).unlink(missing_ok=True)
+
+
+def is_running(host: Host) -> bool:
+    return _pid(host.dir() / "supervisor.pid") is not None
+
+
+def _pid_alive(pid: int) -> bool:
+    """Alive and not a zombie: a supervisor started by this process stays a zombie until reaped."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_ssh(host: Host, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host.ip, 22), timeout=2):
+            probe = run(ssh_argv(host, "true"), capture=True, check=False, timeout=20)
+            if probe.returncode == 0:
+                return
+        time.sleep(0.5)
+    raise SandboxError(
+        f"{host.name} ({host.ip}) did not answer over SSH within {timeout:.0f} s; "
+        f"its console log is {host.dir() / 'console.log'}"
+    )
+
+
+def key_path() -> Path:
+    return sandbox_dir() / "id_ed25519"
+
+
+def known_hosts_path() -> Path:
+    return sandbox_dir() / "known_hosts"
+
+
+def ssh_options() -> list[str]:
+    return [
+        "-i",
+        str(key_path()),
+        "-o",
+        f"UserKnownHostsFile={known_hosts_path()}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=5",
+    ]
+
+
+def ssh_argv(host: Host, *command: str) -> list[str]:
+    return ["ssh", *ssh_options(), f"root@{host.ip}", *command]
+
+
+def _ensure_key() -> str:
+    key = key_path()
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuenv-sandbox", "-f", str(key)])
+    return key.with_suffix(".pub").read_text()
+
+
+def _write_known_hosts(state: State) -> None:
+    lines = []
+    for host in state.hosts.values():
+        for pub in sorted((host.root() / "etc/ssh").glob("ssh_host_*_key.pub")):
+            kind, value = pub.read_text().split()[:2]
+            lines.append(f"{host.ip} {kind} {value}")
+    known_hosts_path().write_text("\n".join(lines) + "\n")
+
+
+# --- inventory -----------------------------------------------------------------------------------
+def inventory(state: State) -> dict[str, Any]:
+    by_os: dict[str, dict[str, Any]] = {}
+    for host in state.hosts.values():
+        by_os.setdefault(host.os, {"hosts": {}})["hosts"][host.name] = {}
+    common = " ".join(f"-o {o}" for o in (f"UserKnownHostsFile={known_hosts_path()}", "StrictHostKeyChecking=yes"))
+    return {
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                "ansible_ssh_private_key_file": str(key_path()),
+                "ansible_ssh_common_args": common,
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "gpuenv_sandbox_controller": controller_ip(),
+                "gpuenv_sandbox_mirror_url": f"http://{controller_ip()}:{MIRROR_PORT}",
+            },
+            "children": {
+                "gpu_hosts": {"hosts": {h.name: {"ansible_host": h.ip} for h in state.hosts.values()}, "children": {}},
+                **by_os,
+            },
+        }
+    }
+
+
+def write_inventory(state: State, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = "# Written by `scripts/sandbox up`; removed by `down`. Do not edit: it is regenerated.\n"
+    path.write_text(header + yaml.safe_dump(inventory(state), sort_keys=False))
+    state.inventory = str(path)
+    state.save()
+
+
+# --- public operations ---------------------------------------------------------------------------
+def up(count: int, oses: list[str], inventory_path: Path) -> State:
+    require_root_and_tools()
+    if count < 1 or count > 200:
+        raise SandboxError("up takes a host count from 1 to 200")
+    oses = oses or ["debian12"]
+    for o in oses:
+        roots.release(o)
+    state = State.load()
+    pubkey = _ensure_key()
+    ensure_network(state)
+    for i in range(1, count + 1):
+        name = f"sb{i}"
+        want_os = oses[min(i - 1, len(oses) - 1)]
+        host = state.hosts.get(name)
+        if host is not None and host.os != want_os:
+            raise SandboxError(f"{name} already runs {host.os}, not {want_os}: run `scripts/sandbox down` first")
+        if host is None:
+            base = roots.ensure_root(cache_dir(), roots.release(want_os))
+            host = Host(name=name, os=want_os, index=i, ip=str(SUBNET.network_address + 10 + i), base=str(base))
+            state.hosts[name] = host
+            state.save()
+        _mount_root(host)
+        _customize(host, pubkey)
+        _host_network(host)
+    _write_known_hosts(state)
+    for host in state.hosts.values():
+        start_host(host)
+    for host in state.hosts.values():
+        wait_ssh(host)
+    serve_mirror()
+    write_inventory(state, inventory_path)
+    return state
+
+
+def restart(host: Host) -> None:
+    stop_host(host)
+    _mount_root(host)
+    _host_network(host)
+    start_host(host)
+    wait_ssh(host)
+
+
+def _sweep_processes() -> None:
+    """Kill anything left running from the sandbox directory (a crashed up, a lost pid file)."""
+    marker = str(sandbox_dir())
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if (
+            (marker in cmdline and "systemd-nspawn" in cmdline)
+            or "gpuenv.sandbox supervise" in cmdline
+            or ("http.server" in cmdline and "gpuenv-mirror" in cmdline)
+        ):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(proc.name), signal.SIGKILL)
+
+
+def down() -> None:
+    require_root_and_tools()
+    state = State.load()
+    stop_mirror()
+    for host in state.hosts.values():
+        stop_host(host)
+    _sweep_processes()
+    time.sleep(0.5)
+    base = str(sandbox_dir())
+    # Unmount deepest first: loop disks and anything nspawn left, then the overlays.
+    mounts = sorted(
+        (
+            line.split()[1]
+            for line in Path("/proc/mounts").read_text().splitlines()
+            if line.split()[1].startswith(base + "/")
+        ),
+        key=len,
+        reverse=True,
+    )
+    for mnt in mounts:
+        run(["umount", "-l", mnt], capture=True, check=False)
+    for line in run(["losetup", "-a"], capture=True, check=False).stdout.splitlines():
+        if base in line:
+            run(["losetup", "-d", line.split(":")[0]], capture=True, check=False)
+    for ns in run(["ip", "netns", "list"], capture=True).stdout.split():
+        if ns.startswith(NETNS_PREFIX):
+            run(["ip", "netns", "del", ns], capture=True, check=False)
+    links = run(["ip", "-o", "link", "show"], capture=True).stdout
+    for line in links.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name.startswith((VETH_PREFIX, "gsbc-")):
+            run(["ip", "link", "del", name], capture=True, check=False)
+    teardown_network(state)
+    if state.inventory:
+        Path(state.inventory).unlink(missing_ok=True)
+    hosts_dir = sandbox_dir() / "hosts"
+    if hosts_dir.exists():
+        run(["rm", "-rf", "--one-file-system", str(hosts_dir)], capture=True)
+    State.path().unlink(missing_ok=True)
+    known_hosts_path().unlink(missing_ok=True)
+    (sandbox_dir() / "mirror.log").unlink(missing_ok=True)
+
+
+def leftovers() -> list[str]:
+    """What of the sandbox still exists on this machine (empty after a clean `down`)."""
+    found = []
+    base = str(sandbox_dir())
+    found += [
+        f"mount {line.split()[1]}"
+        for line in Path("/proc/mounts").read_text().splitlines()
+        if line.split()[1].startswith(base + "/")
+    ]
+    found += [
+        f"netns {ns}" for ns in run(["ip", "netns", "list"], capture=True).stdout.split() if ns.startswith(NETNS_PREFIX)
+    ]
+    for line in run(["ip", "-o", "link", "show"], capture=True).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name == BRIDGE or name.startswith((VETH_PREFIX, "gsbc-")):
+            found.append(f"link {name}")
+    for table in ("nat", "filter"):
+        found += [
+            f"iptables {line}"
+            for line in run(["iptables", "-t", table, "-S"], capture=True).stdout.splitlines()
+            if RULE_COMMENT in line
+        ]
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if (base in cmdline and "systemd-nspawn" in cmdline) or "gpuenv.sandbox supervise" in cmdline:
+                found.append(f"process {proc.name}: {cmdline.strip()}")
+    found += [
+        f"loop {line}" for line in run(["losetup", "-a"], capture=True, check=False).stdout.splitlines() if base in line
+    ]
+    if (sandbox_dir() / "hosts").exists():
+        found.append(f"directory {sandbox_dir() / 'hosts'}")
+    return found
+
+
+def status() -> list[dict[str, Any]]:
+    state = State.load()
+    rows = []
+    for host in state.hosts.values():
+        running = is_running(host)
+        reachable = False
+        if running:
+            with contextlib.suppress(OSError), socket.create_connection((host.ip, 22), timeout=1):
+                reachable = True
+        rows.append(
+            {
+                "name": host.name,
+                "os": host.os,
+                "ip": host.ip,
+                "running": running,
+                "ssh": reachable,
+                "faults": host.faults,
+                "disks": [d["path"] for d in host.disks],
+            }
+        )
+    return rows
+
+
+# --- the artifact mirror's HTTP server -----------------------------------------------------------
+def mirror_root() -> Path:
+    return cache_dir() / "mirror" / "site"
+
+
+def serve_mirror() -> None:
+    pidfile = sandbox_dir() / "mirror.pid"
+    if _pid(pidfile):
+        return
+    site = mirror_root()
+    site.mkdir(parents=True, exist_ok=True)
+    logfile = (sandbox_dir() / "mirror.log").open("ab")
+    # argv[0] names the process gpuenv-mirror so that down's sweep can find a lost one.
+    proc = subprocess.Popen(  # noqa: S603
+        [
+            sys.executable,
+            "-c",
+            "import sys, runpy; sys.argv = ['gpuenv-mirror', *sys.argv[1:]]; runpy.run_module('http.server', "
+            "run_name='__main__')",
+            "--bind",
+            controller_ip(),
+            "--directory",
+            str(site),
+            str(MIRROR_PORT),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=logfile,
+        stderr=logfile,
+        start_new_session=True,
+    )
+    pidfile.write_text(str(proc.pid))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((controller_ip(), MIRROR_PORT), timeout=1):
+            return
+        time.sleep(0.2)
+    raise SandboxError(f"the mirror's HTTP server did not start; see {sandbox_dir() / 'mirror.log'}")
+
+
+def stop_mirror() -> None:
+    pidfile = sandbox_dir() / "mirror.pid"
+    pid = _pid(pidfile)
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    pidfile.unlink(missing_ok=True)
