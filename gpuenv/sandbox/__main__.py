@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpuenv.sandbox import faults, fleet
+from gpuenv.sandbox import faults, fleet, mirror
 from gpuenv.sandbox.util import SandboxError
 
 DEFAULT_INVENTORY = Path(__file__).resolve().parents[2] / "inventory" / "sandbox" / "hosts.yml"
@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     p_fault.add_argument("--rate", default="1mbit", help="slow: the bandwidth, e.g. 512kbit")
     p_fault.add_argument("--path", default="/opt/gpuenv", help="disk: where the small disk is mounted")
     p_fault.add_argument("--size-mb", type=int, default=64, help="disk: its size in MiB")
+    p_mirror = sub.add_parser(
+        "mirror", help="the local NVIDIA redist mirror: build (or verify and repair), verify, path"
+    )
+    p_mirror.add_argument("action", choices=["build", "verify", "path"])
     p_sup = sub.add_parser("supervise", help=argparse.SUPPRESS)
     p_sup.add_argument("host")
     args = parser.parse_args(argv)
@@ -82,6 +86,17 @@ def main(argv: list[str] | None = None) -> int:
                 faults.disk(args.host, args.path, args.size_mb)
             else:
                 getattr(faults, args.action)(args.host)
+        elif args.command == "mirror":
+            site = mirror.default_site()
+            if args.action == "build":
+                for manifest in mirror.build(site, mirror.default_wheels()):
+                    print(manifest)
+            elif args.action == "verify":
+                problems = mirror.verify(site)
+                print("\n".join(problems) if problems else f"{site}: every archive matches its manifest")
+                return 1 if problems else 0
+            else:
+                print(site)
         elif args.command == "supervise":
             return fleet.supervise(args.host)
     except SandboxError as exc:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.sandbox import faults, fleet
+from gpuenv.sandbox import faults, fleet, mirror
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,6 +106,17 @@ def test_faults_small_disk_cut_link_and_stop(sandbox: tuple[fleet.State, Path]) 
     assert fleet.status()[0]["running"] is False
     faults.start("sb1")
     assert _ssh(host, "true").returncode == 0
+
+
+def test_hosts_fetch_from_the_mirror_over_http(sandbox: tuple[fleet.State, Path]) -> None:
+    state, _ = sandbox
+    site = mirror.default_site()
+    mirror.build(site, mirror.default_wheels())
+    manifest = site / "compute/cuda/redist/redistrib_12.4.1.json"
+    entry = json.loads(manifest.read_text())["cuda_cudart"]["linux-x86_64"]
+    url = f"http://{fleet.controller_ip()}:{fleet.MIRROR_PORT}/compute/cuda/redist/{entry['relative_path']}"
+    got = _ssh(state.hosts["sb2"], f"curl -sSf {url} | sha256sum", timeout=60)
+    assert got.stdout.split()[0] == entry["sha256"], got.stderr
 
 
 def test_down_after_a_crashed_up_leaves_nothing(sandbox: tuple[fleet.State, Path]) -> None:
