@@ -61,6 +61,8 @@ class Generation:
     cc_max: str
     last_driver_branch: int | None
     source: str | None
+    min_driver: str | None = None
+    min_cuda: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class GpuModel:
     cc: str
     source: str
     tokens: tuple[str, ...]
+    jetson: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class CompatData:
     toolkit_driver: dict[str, str]
     minor_compat_floor: dict[str, str]
     cuda_min_cc: dict[str, str]
+    cuda_min_cc_source: dict[str, str]
     first_toolkit_for_cc: dict[str, str]
     first_toolkit_source: dict[str, str]
     generations: list[Generation]
@@ -107,19 +111,24 @@ class CompatData:
     def known_toolkits(self) -> list[str]:
         return sorted(self.toolkit_driver, key=versions.parse)
 
+    def _releases_of(self, major_minor: str) -> list[str]:
+        return [t for t in self.known_toolkits() if versions.major_minor(t) == major_minor]
+
     def resolve_toolkit(self, cuda: str) -> str | None:
-        """ "12.4" -> the first release of 12.4 in the data ("12.4.0"); "12.4.1" -> itself."""
+        """ "12.4" -> the newest 12.4 update in the data ("12.4.1", what apt's cuda-toolkit-12-4 installs,
+        and the stricter driver minimum); "12.4.1" -> itself."""
         if cuda in self.toolkit_driver:
             return cuda
         if cuda.count(".") == 1:
-            matches = [t for t in self.known_toolkits() if versions.major_minor(t) == cuda]
-            return matches[0] if matches else None
+            matches = self._releases_of(cuda)
+            return matches[-1] if matches else None
         return None
 
     def toolkit_minimum_driver(self, cuda_major_minor: str) -> str | None:
-        """Minimum driver of the first release of a CUDA major.minor (for torch's runtimes)."""
-        toolkit = self.resolve_toolkit(cuda_major_minor)
-        return self.toolkit_driver[toolkit] if toolkit else None
+        """Minimum driver of the first release of a CUDA major.minor: what a runtime of that minor
+        (torch's wheels, a GPU's first toolkit) needs at the least."""
+        matches = self._releases_of(cuda_major_minor)
+        return self.toolkit_driver[matches[0]] if matches else None
 
     # --- GPUs -------------------------------------------------------------------------------
     def generation_for_cc(self, cc: str) -> Generation | None:
@@ -128,6 +137,11 @@ class CompatData:
             if versions.parse(gen.cc_min) <= value <= versions.parse(gen.cc_max):
                 return gen
         return None
+
+    def gpu_by_cc_jetson(self, cc: str) -> bool:
+        """Whether every known model of this compute capability is a Jetson module."""
+        models = [m for m in self.gpu_models if m.cc == cc]
+        return bool(models) and all(m.jetson for m in models)
 
     def gpu_by_name(self, name: str) -> GpuModel | None:
         """Match a model as nvidia-smi prints it ("NVIDIA H100 80GB HBM3") or as people write it."""
@@ -141,6 +155,11 @@ class CompatData:
     # --- cuDNN ------------------------------------------------------------------------------
     def cudnn_known(self, release: str) -> bool:
         return any(release in builds for builds in self.cudnn_builds.values())
+
+    def cudnn_in_build_range(self, release: str, cuda_major: str) -> bool:
+        """Whether `release` lies between the first and last cuDNN built for that CUDA major."""
+        builds = sorted(self.cudnn_builds.get(cuda_major, ()), key=versions.parse)
+        return bool(builds) and versions.parse(builds[0]) <= versions.parse(release) <= versions.parse(builds[-1])
 
     def cudnn_cuda_majors(self, release: str) -> list[str]:
         return sorted((m for m, builds in self.cudnn_builds.items() if release in builds), key=int)
@@ -206,7 +225,13 @@ def _build(raw: dict[str, Any]) -> CompatData:
             sources=_as_list(entry["source"]),
         )
     models = [
-        GpuModel(name=name, cc=group["cc"], source=group["source"], tokens=tokenize_gpu_name(name))
+        GpuModel(
+            name=name,
+            cc=group["cc"],
+            source=group["source"],
+            tokens=tokenize_gpu_name(name),
+            jetson=bool(group.get("jetson")),
+        )
         for group in raw["gpu"]["models"]
         for name in group["names"]
     ]
@@ -217,6 +242,8 @@ def _build(raw: dict[str, Any]) -> CompatData:
             cc_max=g["cc_max"],
             last_driver_branch=int(g["last_driver_branch"]) if "last_driver_branch" in g else None,
             source=g.get("source"),
+            min_driver=g.get("min_driver"),
+            min_cuda=g.get("min_cuda"),
         )
         for g in raw["gpu"]["generations"]
     ]
@@ -235,6 +262,7 @@ def _build(raw: dict[str, Any]) -> CompatData:
         toolkit_driver={k: str(v) for k, v in cuda["toolkit_driver"]["linux"].items()},
         minor_compat_floor={k: v["linux"] for k, v in cuda["minor_version_compat"].items()},
         cuda_min_cc={k: v["cc"] for k, v in cuda["min_compute_capability"].items()},
+        cuda_min_cc_source={k: v["source"] for k, v in cuda["min_compute_capability"].items()},
         first_toolkit_for_cc={k: v["cuda"] for k, v in cuda["first_toolkit_for_cc"].items()},
         first_toolkit_source={k: v["source"] for k, v in cuda["first_toolkit_for_cc"].items()},
         generations=generations,

@@ -86,14 +86,24 @@ class _Checker:
         self.findings.append(Finding(rule, severity, message, why, fix, list(sources)))
 
     # --- GPUs ----------------------------------------------------------------------------------
+    def _add_gpu(self, label: str, cc: str, origin: str) -> None:
+        """Identical GPUs (an 8-GPU host) are checked once, under one entry."""
+        cc = versions.fmt(versions.parse(cc))  # "12.00" and "12.0" are the same compute capability
+        for gpu in self.gpus:
+            if gpu.cc == cc and gpu.origin == origin:
+                if label not in gpu.label.split(", "):
+                    gpu.label = f"{gpu.label}, {label}"
+                return
+        self.gpus.append(Gpu(label, cc, origin))
+
     def resolve_gpus(self, detected: Iterable[Mapping[str, str]]) -> None:
-        for label in self.stack.gpus:
+        for label in dict.fromkeys(self.stack.gpus):
             cc = self._cc_for(label)
             if cc is not None:
-                self.gpus.append(Gpu(label, cc, "declared"))
+                self._add_gpu(label, cc, "declared")
         for probe in detected:
-            name, cc = str(probe.get("name", "")), str(probe.get("cc", ""))
-            if not versions.is_dotted(cc):
+            name, cc = str(probe.get("name", ""))[:200], str(probe.get("cc", ""))
+            if not re.fullmatch(r"\d{1,3}\.\d{1,3}", cc):
                 found = self.data.gpu_by_name(name)
                 if found is None:
                     self.add(
@@ -106,10 +116,30 @@ class _Checker:
                     )
                     continue
                 cc = found.cc
-            self.gpus.append(Gpu(name or cc, cc, "detected"))
+            self._add_gpu(name or cc, cc, "detected")
         for gpu in self.gpus:
             gen = self.data.generation_for_cc(gpu.cc)
             gpu.generation = gen.name if gen else None
+            if gen is None:
+                self.add(
+                    "gpu-unknown-cc",
+                    WARNING,
+                    f"compute capability {gpu.cc} ({gpu.label}) belongs to no GPU generation gpuenv knows",
+                    "only the torch build's architecture rule could be applied; driver and toolkit rules per "
+                    "generation could not",
+                    "check the value (nvidia-smi --query-gpu=compute_cap --format=csv)",
+                    "nv_cuda_gpus",
+                )
+            elif self.data.gpu_by_cc_jetson(gpu.cc):
+                self.add(
+                    "gpu-jetson",
+                    WARNING,
+                    f"compute capability {gpu.cc} ({gpu.label}) is a Jetson module",
+                    "Jetson runs JetPack (L4T) with its own driver and aarch64 wheels; gpuenv's driver branch and "
+                    "x86_64 wheel rules do not describe it",
+                    "provision Jetson with NVIDIA JetPack; use gpuenv for x86_64 GPU hosts",
+                    "nv_jetson",
+                )
         declared = {g.cc for g in self.gpus if g.origin == "declared"}
         detected_cc = {g.cc for g in self.gpus if g.origin == "detected"}
         if declared and detected_cc and declared != detected_cc:
@@ -124,7 +154,7 @@ class _Checker:
             )
 
     def _cc_for(self, label: str) -> str | None:
-        if re.fullmatch(r"\d+\.\d+", label):
+        if re.fullmatch(r"\d{1,3}\.\d{1,3}", label):
             return label
         match = re.fullmatch(r"sm_(\d+)(\d)", label.lower())
         if match:
@@ -341,17 +371,33 @@ class _Checker:
             )
             return
         majors = self.data.cudnn_cuda_majors(cudnn)
-        if major not in majors:
-            builds = sorted(self.data.cudnn_builds.get(major, ()), key=versions.parse)
-            pick = f"e.g. {builds[-1]} (the newest with a CUDA {major} build)" if builds else "none"
+        if major in majors:
+            return
+        builds = sorted(self.data.cudnn_builds.get(major, ()), key=versions.parse)
+        pick = f"e.g. {builds[-1]} (the newest with a CUDA {major} build)" if builds else "none"
+        if self.data.cudnn_in_build_range(cudnn, major):
+            # Between the first and last cuDNN built for this major: NVIDIA's tarballs include
+            # builds that PyPI's wheels (the build lists' source) lack, e.g. 8.9.7.29 for CUDA 11.
             self.add(
                 "cudnn-cuda",
-                ERROR,
-                f"cuDNN {cudnn} has no build for CUDA {major} (CUDA {self.toolkit})",
-                f"NVIDIA built cuDNN {cudnn} for CUDA {', '.join(majors)} only",
-                f"choose a cuDNN built for CUDA {major}, {pick}, or set cudnn: none",
+                WARNING,
+                f"cuDNN {cudnn} for CUDA {major} is not on PyPI; gpuenv cannot confirm NVIDIA built it",
+                f"cuDNN releases around it were built for CUDA {major}, so a tarball may exist",
+                f"make sure cudnn-linux-x86_64-{cudnn}_cuda{major}-archive.tar.xz is on your mirror, or choose {pick}",
                 "pypi_cudnn",
             )
+            return
+        self.add(
+            "cudnn-cuda",
+            ERROR,
+            f"cuDNN {cudnn} has no build for CUDA {major} (CUDA {self.toolkit})",
+            f"NVIDIA built cuDNN {cudnn} for CUDA {', '.join(majors)} only; CUDA {major} builds run from "
+            f"{builds[0]} to {builds[-1]}"
+            if builds
+            else f"no cuDNN is built for CUDA {major}",
+            f"choose a cuDNN built for CUDA {major}, {pick}, or set cudnn: none",
+            "pypi_cudnn",
+        )
 
     # --- per GPU -----------------------------------------------------------------------------
     def check_gpu(self, gpu: Gpu) -> None:
@@ -385,18 +431,22 @@ class _Checker:
                     f"CUDA {major}.x builds only for compute capability {min_cc} and newer",
                     f"use a CUDA {int(major) - 1}.x toolkit for this GPU"
                     + (" (profile torch-2.9-cu126-legacy is one such stack)" if major == "13" else ""),
-                    "nv_cuda13_arch_drop" if major == "13" else "pt_builder",
+                    self.data.cuda_min_cc_source[major],
                 )
-            first = self.data.first_toolkit_for_cc.get(gpu.cc)
-            if first is not None and versions.parse(versions.major_minor(self.toolkit)) < versions.parse(first):
-                self.add(
-                    "gpu-cuda-toolkit",
-                    ERROR,
-                    f"CUDA {self.toolkit} predates compute capability {gpu.cc} ({label})",
-                    f"CUDA supports compute capability {gpu.cc} from {first} on",
-                    f"use CUDA {first} or newer",
-                    self.data.first_toolkit_source[gpu.cc],
-                )
+        first, first_driver, floor_source = self._gpu_floor(gpu.cc)
+        if (
+            self.toolkit is not None
+            and first is not None
+            and versions.parse(versions.major_minor(self.toolkit)) < versions.parse(first)
+        ):
+            self.add(
+                "gpu-cuda-toolkit",
+                ERROR,
+                f"CUDA {self.toolkit} predates compute capability {gpu.cc} ({label})",
+                f"CUDA supports compute capability {gpu.cc} from {first} on",
+                f"use CUDA {first} or newer",
+                floor_source,
+            )
         driver_branch = versions.driver_branch(self.stack.driver)
         if gen is not None and gen.last_driver_branch is not None and driver_branch > gen.last_driver_branch:
             self.add(
@@ -408,8 +458,6 @@ class _Checker:
                 "torch-2.9-cu126-legacy)",
                 gen.source or "nv_driver_deprecation",
             )
-        first = self.data.first_toolkit_for_cc.get(gpu.cc)
-        first_driver = self.data.toolkit_minimum_driver(first) if first else None
         if first_driver is not None and not versions.driver_satisfies(self.stack.driver, first_driver):
             self.add(
                 "gpu-driver-too-old",
@@ -418,11 +466,30 @@ class _Checker:
                 f"{gen_name} GPUs arrived with CUDA {first}, whose driver is {first_driver}; older drivers "
                 "do not know the GPU",
                 f'set driver: "{versions.driver_branch(first_driver)}" or newer',
-                self.data.first_toolkit_source[gpu.cc],
+                floor_source,
                 "nv_rn_table3",
                 "derived",
             )
         self._check_cudnn_cc(gpu, label)
+
+    def _gpu_floor(self, cc: str) -> tuple[str | None, str | None, str]:
+        """The first CUDA release and the lowest driver for a compute capability, and their source.
+
+        The exact CC's first toolkit where the data has it, else its generation's floor (Blackwell
+        CCs 10.3, 11.0 and 12.1 have no first toolkit of their own in the data)."""
+        first = self.data.first_toolkit_for_cc.get(cc)
+        source = self.data.first_toolkit_source.get(cc, "derived")
+        gen = self.data.generation_for_cc(cc)
+        if first is None and gen is not None and gen.min_cuda is not None:
+            first, source = gen.min_cuda, gen.source or "derived"
+        driver = self.data.toolkit_minimum_driver(first) if first else None
+        if (
+            gen is not None
+            and gen.min_driver is not None
+            and (driver is None or versions.parse(gen.min_driver) > versions.parse(driver))
+        ):
+            driver = gen.min_driver
+        return first, driver, source
 
     def _check_cudnn_cc(self, gpu: Gpu, label: str) -> None:
         if versions.parse(gpu.cc) >= versions.parse(self.data.cudnn_min_cc):

@@ -55,18 +55,22 @@ FIELDS: dict[str, Field] = {
             "the hosts' OS (debian12, debian13, ubuntu2204, ubuntu2404, rhel9)",
         ),
         Field(
-            "driver", True, r"\d{3}(\.\d+){0,2}", "550", 'a driver branch ("550") or an exact version ("550.163.01")'
+            "driver",
+            True,
+            r"\d{3}(\.\d{1,4}){0,2}",
+            "550",
+            'a driver branch ("550") or an exact version ("550.163.01")',
         ),
-        Field("cuda", True, r"\d+\.\d+(\.\d+)?", "12.4.1", "the CUDA toolkit release (X.Y.Z)"),
+        Field("cuda", True, r"\d{1,3}\.\d{1,3}(\.\d{1,4})?", "12.4.1", "the CUDA toolkit release (X.Y.Z)"),
         Field(
             "cudnn",
             True,
-            r"none|\d+\.\d+\.\d+\.\d+",
+            r"none|\d{1,3}\.\d{1,3}\.\d{1,4}\.\d{1,4}",
             "9.1.0.70",
             "the system cuDNN installed into the CUDA tree, four parts, or none",
         ),
-        Field("python", True, r"3\.\d+", "3.11", "the Python version of the environment"),
-        Field("torch", True, r"\d+\.\d+\.\d+", "2.5.1", "the PyTorch release"),
+        Field("python", True, r"3\.\d{1,3}", "3.11", "the Python version of the environment"),
+        Field("torch", True, r"\d{1,3}\.\d{1,3}\.\d{1,4}", "2.5.1", "the PyTorch release"),
         Field(
             "torch_variant", False, r"cu\d{3}", "cu124", "the PyTorch CUDA wheel variant; derived from cuda when absent"
         ),
@@ -117,18 +121,27 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: dict[Any, int] = {}
+    seen: dict[tuple[type, Any], int] = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`, which Ansible accepts too
+            continue
         key = loader.construct_object(key_node)
-        if key in seen:
+        try:
+            hash(key)
+        except TypeError:
+            raise SpecError(
+                [f"line {key_node.start_mark.line + 1}: a key must be a plain word, not {_kind(key)}."]
+            ) from None
+        marker = (type(key), key)  # 1 and true are different keys, though 1 == True in Python
+        if marker in seen:
             raise SpecError(
                 [
                     f"line {key_node.start_mark.line + 1}: key {key!r} appears twice "
-                    f"(first on line {seen[key]}); YAML would silently keep only the last one. "
+                    f"(first on line {seen[marker]}); YAML would silently keep only the last one. "
                     "Fix: remove one of them."
                 ]
             )
-        seen[key] = key_node.start_mark.line + 1
+        seen[marker] = key_node.start_mark.line + 1
     loader.flatten_mapping(node)
     return dict(loader.construct_pairs(node))
 
@@ -181,6 +194,11 @@ def _kind(value: Any) -> str:  # noqa: PLR0911 - one return per YAML type
     return type(value).__name__
 
 
+def _short(text: str, limit: int = 60) -> str:
+    """A value as messages quote it: a pasted blob must not flood the report."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _as_text(key: str, value: Any, problems: list[str]) -> str | None:
     """One scalar value as a string, with the classic YAML traps turned into clear errors."""
     spec = FIELDS[key]
@@ -198,12 +216,12 @@ def _as_text(key: str, value: Any, problems: list[str]) -> str | None:
     text = str(value).strip()
     if "{{" in text or "{%" in text:
         problems.append(
-            f"gpu_stack.{key}: {text!r} is a Jinja template; check-spec reads literal values. "
+            f"gpu_stack.{key}: {_short(text)!r} is a Jinja template; check-spec reads literal values. "
             "Fix: write the value itself, or run the playbook, whose preflight sees rendered values."
         )
         return None
     if not re.fullmatch(spec.pattern, text):
-        problems.append(f'gpu_stack.{key}: {text!r} is not {spec.help} (for example "{spec.example}").')
+        problems.append(f'gpu_stack.{key}: {_short(text)!r} is not {spec.help} (for example "{spec.example}").')
         return None
     return text
 
@@ -217,7 +235,7 @@ def parse_stack(raw: dict[str, Any], data: CompatData) -> Stack:
         if key not in FIELDS:
             close = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.5)
             hint = f" Did you mean '{close[0]}'?" if close else ""
-            problems.append(f"gpu_stack.{key}: unknown key.{hint} Known keys: {', '.join(FIELDS)}.")
+            problems.append(f"gpu_stack.{_short(key)}: unknown key.{hint} Known keys: {', '.join(FIELDS)}.")
             continue
         if key == "gpu" and isinstance(value, list):
             if not value:
@@ -245,6 +263,11 @@ def parse_stack(raw: dict[str, Any], data: CompatData) -> Stack:
                 if key not in values:
                     values[key] = value
                     from_profile.append(key)
+            # A profile's wheel variant belongs to its torch release: with torch overridden, derive
+            # the variant again (from cuda) rather than keep one the new release may not have.
+            if "torch_variant" in from_profile and "torch" not in from_profile:
+                del values["torch_variant"]
+                from_profile.remove("torch_variant")
 
     if "os" in values and values["os"] not in data.os:
         problems.append(f"gpu_stack.os: {values['os']!r} is not one of {', '.join(data.os)}.")

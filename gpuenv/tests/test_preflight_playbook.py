@@ -128,3 +128,13 @@ def test_filter_and_check_spec_agree(stack: dict[str, Any]) -> None:
     from_filter = plugin(stack)
     from_filter.pop("text")
     assert from_filter == gpuenv.checkspec.check_mapping(stack)
+
+
+def test_an_nvidia_smi_without_compute_cap_falls_back_to_names(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    script = (
+        'case "$1" in --query-gpu=name) echo "NVIDIA GeForce RTX 5090";; '
+        "*) echo 'Field \"compute_cap\" is not a valid field to query.' >&2; exit 2;; esac"
+    )
+    run = _play(venv_env, _inventory(tmp_path, GOOD), path_prefix=_fake_nvidia_smi(tmp_path, script))
+    assert run.returncode != 0
+    assert "no kernels for compute capability 12.0 (NVIDIA GeForce RTX 5090)" in run.stdout

@@ -201,7 +201,8 @@ CASES: list[tuple[str, dict[str, Any], int, set[str], set[str]]] = [
         set(),
         set(),
     ),
-    ("py3.15-on-2.13-experimental", {"profile": "torch-2.13-cu130", "python": "3.15"}, 0, set(), {"torch-python"}),
+    # RELEASE.md calls 3.15 experimental for 2.13, but PyPI has no cp315 wheels of it (pypi_torch_cp315)
+    ("py3.15-on-2.13-no-cp315-wheels", {"profile": "torch-2.13-cu130", "python": "3.15"}, 1, {"torch-python"}, set()),
     # --- torch variants (section 2) ---
     ("2.6-has-no-cu121", stack(torch="2.6.0", torch_variant="cu121"), 1, {"torch-variant"}, set()),
     ("2.5-derived-cu126-missing", stack(cuda="12.6.3", torch_variant=None, driver="560"), 1, {"torch-variant"}, set()),
@@ -271,6 +272,34 @@ CASES: list[tuple[str, dict[str, Any], int, set[str], set[str]]] = [
         set(),
     ),
     ("turing-with-cudnn-9.20-fine", {"profile": "torch-2.13-cu130", "gpu": "Tesla T4"}, 0, set(), set()),
+    # --- Blackwell's generation floor covers CCs without a first toolkit of their own (section 9) ---
+    (
+        "b300-on-driver-550",
+        stack(
+            driver="550",
+            cuda="12.8.1",
+            cudnn="none",
+            python="3.12",
+            torch="2.7.1",
+            torch_variant="cu128",
+            gpu="NVIDIA B300",
+        ),
+        1,
+        {"gpu-driver-too-old"},
+        {"driver-cuda", "driver-torch-cuda"},
+    ),
+    ("gb10-on-cuda-12.6", legacy(gpu="GB10", driver="580"), 1, {"gpu-cuda-toolkit", "gpu-torch-arch"}, set()),
+    ("cc-written-12.00", stack(gpu="12.00"), 1, {"gpu-torch-arch", "gpu-cuda-toolkit", "gpu-driver-too-old"}, set()),
+    ("cc-in-no-generation", {"profile": "torch-2.14-cu130", "gpu": "13.0"}, 1, {"gpu-torch-arch"}, {"gpu-unknown-cc"}),
+    ("jetson-orin-is-not-covered", stack(gpu="Jetson AGX Orin"), 0, set(), {"gpu-jetson"}),
+    # --- cuDNN between the first and last build of a major but not on PyPI: tarball may exist ---
+    (
+        "cudnn-8.9.7-cuda11-tarball-only",
+        stack(cuda="11.8.0", cudnn="8.9.7.29", driver="535", torch="2.7.1", torch_variant="cu118"),
+        0,
+        set(),
+        {"cudnn-cuda"},
+    ),
     # --- GPU names ---
     ("unknown-gpu-model", stack(gpu="NVIDIA Quantum 9000"), 1, {"gpu-unknown"}, set()),
     ("mixed-gpu-list", stack(gpu=["RTX 3090", "NVIDIA RTX 6000 Ada Generation"]), 0, set(), set()),
@@ -343,7 +372,7 @@ def test_resolved_stack_is_published() -> None:
     result = check_mapping({"profile": "torch-2.5-cu124", "python": "3.12", "cuda": "12.4"})
     resolved = result["stack"]
     assert resolved["python"] == "3.12"
-    assert resolved["cuda"] == "12.4.0"
+    assert resolved["cuda"] == "12.4.1"  # X.Y means its newest update, the stricter driver minimum
     assert resolved["cuda_declared"] == "12.4"
     assert resolved["torch_cudnn"] == "9.1.0.70"
     assert resolved["torch_pypi_default"] is True
@@ -382,3 +411,19 @@ def test_unknown_host_os_warns() -> None:
     result = check_mapping(stack(), host_facts={"distribution": "Gentoo", "distribution_version": "2.15"})
     assert result["exit_code"] == 0
     assert {w["rule"] for w in result["warnings"]} == {"os-unknown"}
+
+
+def test_identical_gpus_are_checked_once() -> None:
+    result = check_mapping(
+        stack(driver="580", cuda="12.8.1", cudnn="none", python="3.12", torch="2.11.0", torch_variant="cu128"),
+        host_gpus=[{"name": "Tesla V100-SXM2-16GB", "cc": "7.0"}] * 8,
+    )
+    assert len(result["stack"]["gpus"]) == 1
+    assert [e["rule"] for e in result["errors"]].count("gpu-torch-arch") == 1
+
+
+def test_overriding_torch_drops_the_profiles_variant() -> None:
+    result = check_mapping({"profile": "torch-2.5-cu124", "torch": "2.6.0"})
+    assert result["exit_code"] == 0, result["errors"]
+    assert result["stack"]["torch_variant"] == "cu124"
+    assert result["stack"]["torch_variant_derived"] is True

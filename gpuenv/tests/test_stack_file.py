@@ -45,6 +45,12 @@ MALFORMED: list[tuple[str, str | None, list[str]]] = [
     ("torch-major-minor-only", GOOD.replace('torch: "2.5.1"', 'torch: "2.5"'), ["gpu_stack.torch"]),
     ("boolean-value", GOOD.replace('cudnn: "9.1.0.70"', "cudnn: no"), ["gpu_stack.cudnn", "a boolean"]),
     ("bad-variant", GOOD + "  torch_variant: cuda124\n", ["gpu_stack.torch_variant"]),
+    ("complex-key", GOOD + "  ? [a, b]\n  : 1\n", ["a key must be a plain word", "a list"]),
+    (
+        "huge-number",
+        GOOD.replace('driver: "550"', 'driver: "550.' + "9" * 5000 + '"'),
+        ["gpu_stack.driver", "(5004 characters)"],
+    ),
 ]
 
 
@@ -116,3 +122,18 @@ def test_example_inventory_stack_is_compatible(repo: Path, gpuenv_cmd: list[str]
 @pytest.mark.parametrize(("name", "code"), [("rtx5090-on-torch-2.5.yml", 1), ("pascal-workstation.yml", 0)])
 def test_documented_examples_give_their_verdicts(repo: Path, name: str, code: int) -> None:
     assert check_file(repo / "docs" / "examples" / name)["exit_code"] == code
+
+
+def test_yaml_merge_keys_work_as_in_ansible(tmp_path: Path) -> None:
+    path = tmp_path / "stack.yml"
+    path.write_text(
+        'base: &base\n  driver: "550"\n  cuda: "12.4.1"\n'
+        'gpu_stack:\n  <<: *base\n  cudnn: none\n  python: "3.11"\n  torch: "2.5.1"\n'
+    )
+    assert check_file(path)["exit_code"] == 0
+
+
+def test_keys_1_and_true_are_not_duplicates(tmp_path: Path) -> None:
+    path = tmp_path / "stack.yml"
+    path.write_text("1: a\ntrue: b\n" + GOOD)
+    assert check_file(path)["exit_code"] == 0
