@@ -180,12 +180,8 @@ def teardown_network(state: State) -> None:
         while run(_rule("-C", rule), capture=True, check=False).returncode == 0:
             run(_rule("-D", rule), capture=True)
     # Rules left by a sandbox with another subnet: any rule carrying our comment.
-    for table in ("nat", "filter"):
-        listing = run(["iptables", "-t", table, "-S"], capture=True, check=False).stdout
-        for line in listing.splitlines():
-            if f"--comment {RULE_COMMENT}" in line and line.startswith("-A "):
-                args = line.split()
-                run(["iptables", "-t", table, "-D", *args[1:]], capture=True, check=False)
+    for table, listed in _rules():
+        run(["iptables", "-t", table, "-D", *listed.split()[1:]], capture=True, check=False)
     if _link_exists(BRIDGE):
         run(["ip", "link", "del", BRIDGE])
     if state.ip_forward_before is not None:
@@ -506,23 +502,60 @@ def restart(host: Host) -> None:
     wait_ssh(host)
 
 
-def _sweep_processes() -> None:
-    """Kill anything left running from the sandbox directory (a crashed up, a lost pid file)."""
-    marker = str(sandbox_dir())
+# --- what of the sandbox exists, found by name alone (works after a crashed up) -----------------
+def _processes() -> list[tuple[int, str]]:
+    """nspawn, supervisors and the mirror's HTTP server of the sandbox: (pid, command line)."""
+    base = str(sandbox_dir())
+    found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
         if (
-            (marker in cmdline and "systemd-nspawn" in cmdline)
+            (base in cmdline and "systemd-nspawn" in cmdline)
             or "gpuenv.sandbox supervise" in cmdline
             or ("http.server" in cmdline and "gpuenv-mirror" in cmdline)
         ):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(proc.name), signal.SIGKILL)
+            found.append((int(proc.name), cmdline))
+    return found
+
+
+def _mounts() -> list[str]:
+    """Mount points under the sandbox directory, deepest first (the order to unmount them)."""
+    base = str(sandbox_dir()) + "/"
+    points = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    return sorted((p for p in points if p.startswith(base)), key=len, reverse=True)
+
+
+def _loops() -> list[str]:
+    base = str(sandbox_dir())
+    listing = run(["losetup", "-a"], capture=True, check=False).stdout.splitlines()
+    return [line.split(":")[0] for line in listing if base in line]
+
+
+def _namespaces() -> list[str]:
+    return [ns for ns in run(["ip", "netns", "list"], capture=True).stdout.split() if ns.startswith(NETNS_PREFIX)]
+
+
+def _links() -> list[str]:
+    names = [
+        line.split(":")[1].strip().split("@")[0]
+        for line in run(["ip", "-o", "link", "show"], capture=True).stdout.splitlines()
+    ]
+    return [n for n in names if n == BRIDGE or n.startswith((VETH_PREFIX, "gsbc-"))]
+
+
+def _rules() -> list[tuple[str, str]]:
+    """iptables rules carrying the sandbox's comment: (table, rule as `iptables -S` prints it)."""
+    return [
+        (table, line)
+        for table in ("nat", "filter")
+        for line in run(["iptables", "-t", table, "-S"], capture=True).stdout.splitlines()
+        if RULE_COMMENT in line and line.startswith("-A ")
+    ]
 
 
 def down() -> None:
@@ -531,32 +564,19 @@ def down() -> None:
     stop_mirror()
     for host in state.hosts.values():
         stop_host(host)
-    _sweep_processes()
+    for pid, _ in _processes():  # what a crashed up or a lost pid file left running
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)
-    base = str(sandbox_dir())
-    # Unmount deepest first: loop disks and anything nspawn left, then the overlays.
-    mounts = sorted(
-        (
-            line.split()[1]
-            for line in Path("/proc/mounts").read_text().splitlines()
-            if line.split()[1].startswith(base + "/")
-        ),
-        key=len,
-        reverse=True,
-    )
-    for mnt in mounts:
+    for mnt in _mounts():
         run(["umount", "-l", mnt], capture=True, check=False)
-    for line in run(["losetup", "-a"], capture=True, check=False).stdout.splitlines():
-        if base in line:
-            run(["losetup", "-d", line.split(":")[0]], capture=True, check=False)
-    for ns in run(["ip", "netns", "list"], capture=True).stdout.split():
-        if ns.startswith(NETNS_PREFIX):
-            run(["ip", "netns", "del", ns], capture=True, check=False)
-    links = run(["ip", "-o", "link", "show"], capture=True).stdout
-    for line in links.splitlines():
-        name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith((VETH_PREFIX, "gsbc-")):
-            run(["ip", "link", "del", name], capture=True, check=False)
+    for loop in _loops():
+        run(["losetup", "-d", loop], capture=True, check=False)
+    for ns in _namespaces():
+        run(["ip", "netns", "del", ns], capture=True, check=False)
+    for link in _links():
+        if link != BRIDGE:
+            run(["ip", "link", "del", link], capture=True, check=False)
     teardown_network(state)
     if state.inventory:
         Path(state.inventory).unlink(missing_ok=True)
@@ -570,37 +590,12 @@ def down() -> None:
 
 def leftovers() -> list[str]:
     """What of the sandbox still exists on this machine (empty after a clean `down`)."""
-    found = []
-    base = str(sandbox_dir())
-    found += [
-        f"mount {line.split()[1]}"
-        for line in Path("/proc/mounts").read_text().splitlines()
-        if line.split()[1].startswith(base + "/")
-    ]
-    found += [
-        f"netns {ns}" for ns in run(["ip", "netns", "list"], capture=True).stdout.split() if ns.startswith(NETNS_PREFIX)
-    ]
-    for line in run(["ip", "-o", "link", "show"], capture=True).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0]
-        if name == BRIDGE or name.startswith((VETH_PREFIX, "gsbc-")):
-            found.append(f"link {name}")
-    for table in ("nat", "filter"):
-        found += [
-            f"iptables {line}"
-            for line in run(["iptables", "-t", table, "-S"], capture=True).stdout.splitlines()
-            if RULE_COMMENT in line
-        ]
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if (base in cmdline and "systemd-nspawn" in cmdline) or "gpuenv.sandbox supervise" in cmdline:
-                found.append(f"process {proc.name}: {cmdline.strip()}")
-    found += [
-        f"loop {line}" for line in run(["losetup", "-a"], capture=True, check=False).stdout.splitlines() if base in line
-    ]
+    found = [f"process {pid}: {cmdline}" for pid, cmdline in _processes()]
+    found += [f"mount {m}" for m in _mounts()]
+    found += [f"loop {loop}" for loop in _loops()]
+    found += [f"netns {ns}" for ns in _namespaces()]
+    found += [f"link {link}" for link in _links()]
+    found += [f"iptables -t {table} {rule}" for table, rule in _rules()]
     if (sandbox_dir() / "hosts").exists():
         found.append(f"directory {sandbox_dir() / 'hosts'}")
     return found
