@@ -33,6 +33,14 @@ VETH_PREFIX = "gsb-"
 RULE_COMMENT = "gpuenv-sandbox"
 SUBNET = ipaddress.ip_network(os.environ.get("GPUENV_SANDBOX_SUBNET", "10.199.0.0/24"))
 MIRROR_PORT = 8000
+INOTIFY_INSTANCES = "/proc/sys/fs/inotify/max_user_instances"
+SYSCTLS = {
+    # The hosts reach Debian's archive and PyPI through the controller.
+    "/proc/sys/net/ipv4/ip_forward": "1",
+    # Every host's systemd takes several inotify instances, all counted against root; the kernel
+    # default of 128 runs out at a few dozen hosts ("Failed to create inotify object").
+    INOTIFY_INSTANCES: "8192",
+}
 # systemd-nspawn's exit status when the container asked for a reboot (systemd-nspawn(1)).
 REBOOT_EXIT = 133
 
@@ -77,7 +85,6 @@ class Host:
 @dataclass
 class State:
     hosts: dict[str, Host] = field(default_factory=dict)
-    ip_forward_before: str | None = None
     inventory: str | None = None
 
     @staticmethod
@@ -92,7 +99,6 @@ class State:
         raw = json.loads(path.read_text())
         return cls(
             hosts={name: Host(**h) for name, h in raw.get("hosts", {}).items()},
-            ip_forward_before=raw.get("ip_forward_before"),
             inventory=raw.get("inventory"),
         )
 
@@ -101,7 +107,6 @@ class State:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = {
             "hosts": {n: asdict(h) for n, h in self.hosts.items()},
-            "ip_forward_before": self.ip_forward_before,
             "inventory": self.inventory,
         }
         tmp = path.with_suffix(".tmp")
@@ -153,7 +158,7 @@ def _link_exists(name: str) -> bool:
     return run(["ip", "link", "show", name], capture=True, check=False).returncode == 0
 
 
-def ensure_network(state: State) -> None:
+def ensure_network() -> None:
     if not _link_exists(BRIDGE):
         overlap = run(["ip", "-o", "route", "show", "to", "match", str(SUBNET.network_address + 1)], capture=True)
         for line in overlap.stdout.splitlines():
@@ -165,17 +170,24 @@ def ensure_network(state: State) -> None:
         run(["ip", "link", "add", BRIDGE, "type", "bridge"])
         run(["ip", "addr", "add", f"{controller_ip()}/{SUBNET.prefixlen}", "dev", BRIDGE])
         run(["ip", "link", "set", BRIDGE, "up"])
-    forward = Path("/proc/sys/net/ipv4/ip_forward")
-    if state.ip_forward_before is None:
-        state.ip_forward_before = forward.read_text().strip()
-        state.save()
-    forward.write_text("1\n")
+    # The kernel settings the sandbox changes, recorded once in a file of their own (it outlives
+    # a lost state.json) and restored by down.
+    before = _sysctl_before_path()
+    if not before.exists():
+        before.write_text(json.dumps({key: Path(key).read_text().strip() for key in SYSCTLS}))
+    for key, value in SYSCTLS.items():
+        if key != INOTIFY_INSTANCES or int(Path(key).read_text()) < int(value):
+            Path(key).write_text(value + "\n")
     for rule in _iptables_rules():
         if run(_rule("-C", rule), capture=True, check=False).returncode != 0:
             run(_rule("-I", rule), capture=True)
 
 
-def teardown_network(state: State) -> None:
+def _sysctl_before_path() -> Path:
+    return sandbox_dir() / "sysctl-before.json"
+
+
+def teardown_network() -> None:
     for rule in _iptables_rules():
         while run(_rule("-C", rule), capture=True, check=False).returncode == 0:
             run(_rule("-D", rule), capture=True)
@@ -184,8 +196,11 @@ def teardown_network(state: State) -> None:
         run(["iptables", "-t", table, "-D", *listed.split()[1:]], capture=True, check=False)
     if _link_exists(BRIDGE):
         run(["ip", "link", "del", BRIDGE])
-    if state.ip_forward_before is not None:
-        Path("/proc/sys/net/ipv4/ip_forward").write_text(state.ip_forward_before + "\n")
+    before = _sysctl_before_path()
+    if before.exists():
+        for key, value in json.loads(before.read_text()).items():
+            Path(key).write_text(value + "\n")
+        before.unlink()
 
 
 def _host_network(host: Host) -> None:
@@ -469,7 +484,7 @@ def up(count: int, oses: list[str], inventory_path: Path) -> State:
         roots.release(o)
     state = State.load()
     pubkey = _ensure_key()
-    ensure_network(state)
+    ensure_network()
     for i in range(1, count + 1):
         name = f"sb{i}"
         want_os = oses[min(i - 1, len(oses) - 1)]
@@ -523,6 +538,17 @@ def _processes() -> list[tuple[int, str]]:
     return found
 
 
+def _container_pids() -> list[tuple[int, str]]:
+    """Every process inside a sandbox host: the hosts' network namespaces hold all of them, and
+    a container's systemd outlives a killed nspawn (reparented, still holding mounts and inotify
+    instances), so this, not nspawn's pid, is what down must end."""
+    found = []
+    for ns in _namespaces():
+        pids = run(["ip", "netns", "pids", ns], capture=True, check=False).stdout.split()
+        found += [(int(pid), ns) for pid in pids]
+    return found
+
+
 def _mounts() -> list[str]:
     """Mount points under the sandbox directory, deepest first (the order to unmount them)."""
     base = str(sandbox_dir()) + "/"
@@ -564,10 +590,23 @@ def down() -> None:
     stop_mirror()
     for host in state.hosts.values():
         stop_host(host)
-    for pid, _ in _processes():  # what a crashed up or a lost pid file left running
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    time.sleep(0.5)
+    # What a crashed up or a lost pid file left running: first ask every nspawn for an orderly
+    # shutdown, then kill what remains, the containers' own processes included.
+    for pid, cmdline in _processes():
+        if "systemd-nspawn" in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any("systemd-nspawn" in c for _, c in _processes()):
+        time.sleep(0.3)
+    for _ in range(20):
+        victims = [pid for pid, _ in _processes()] + [pid for pid, _ in _container_pids()]
+        if not victims:
+            break
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.25)
     for mnt in _mounts():
         run(["umount", "-l", mnt], capture=True, check=False)
     for loop in _loops():
@@ -577,7 +616,7 @@ def down() -> None:
     for link in _links():
         if link != BRIDGE:
             run(["ip", "link", "del", link], capture=True, check=False)
-    teardown_network(state)
+    teardown_network()
     if state.inventory:
         Path(state.inventory).unlink(missing_ok=True)
     hosts_dir = sandbox_dir() / "hosts"
@@ -591,6 +630,7 @@ def down() -> None:
 def leftovers() -> list[str]:
     """What of the sandbox still exists on this machine (empty after a clean `down`)."""
     found = [f"process {pid}: {cmdline}" for pid, cmdline in _processes()]
+    found += [f"process {pid} in network namespace {ns}" for pid, ns in _container_pids()]
     found += [f"mount {m}" for m in _mounts()]
     found += [f"loop {loop}" for loop in _loops()]
     found += [f"netns {ns}" for ns in _namespaces()]

@@ -18,6 +18,7 @@ import pytest
 from gpuenv.sandbox import faults, fleet, mirror
 
 REPO = Path(__file__).resolve().parents[2]
+SYSCTLS_BEFORE: dict[str, str] = {}
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -46,6 +47,7 @@ def _ssh(host: fleet.Host, command: str, timeout: float = 30) -> subprocess.Comp
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[fleet.State, Path]]:
     inventory = tmp_path_factory.mktemp("sandbox") / "hosts.yml"
     fleet.down()  # a sandbox left by an interrupted run would otherwise be reused
+    SYSCTLS_BEFORE.update({key: Path(key).read_text() for key in fleet.SYSCTLS})
     state = fleet.up(2, ["debian12", "debian13"], inventory)
     try:
         yield state, inventory
@@ -121,7 +123,20 @@ def test_hosts_fetch_from_the_mirror_over_http(sandbox: tuple[fleet.State, Path]
 
 def test_down_after_a_crashed_up_leaves_nothing(sandbox: tuple[fleet.State, Path]) -> None:
     assert fleet.leftovers()  # the fixture's fleet is up
-    # A crashed `up` may have recorded nothing: down must find everything by name alone.
+    inside = [pid for pid, _ in fleet._container_pids()]
+    assert inside  # the hosts' systemd and sshd
+    # A crashed `up` may have recorded nothing: down must find everything by name alone, the
+    # containers' own processes included (a killed nspawn leaves its container's systemd running).
     fleet.State.path().unlink()
     fleet.down()
     assert fleet.leftovers() == []
+    alive = [pid for pid in inside if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)]
+    assert alive == []
+    assert {key: Path(key).read_text() for key in fleet.SYSCTLS} == SYSCTLS_BEFORE
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
