@@ -1,0 +1,71 @@
+"""The nvidia_driver role's parsers, on saved real output (gpuenv/tests/data/README.md says whence)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuenv import driver
+
+DATA = Path(__file__).parent / "data"
+
+
+def _read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_madison_on_bookworm_lists_security_and_main() -> None:
+    available = driver.parse_madison(_read("apt-cache-madison-nvidia-kernel-dkms-bookworm.txt"))
+    assert available == ["535.309.01-0+deb12u1", "535.261.03-1"]
+
+
+@pytest.mark.parametrize(
+    ("pin", "chosen"),
+    [
+        ("535", "535.309.01-0+deb12u1"),  # a branch: its newest version
+        ("535.261.03", "535.261.03-1"),  # an exact version, though a newer one is offered
+        ("550", None),  # not in bookworm
+        ("535.261", None),  # a prefix is not an exact version
+    ],
+)
+def test_pick_on_bookworm(pin: str, chosen: str | None) -> None:
+    assert driver.pick(driver.parse_madison(_read("apt-cache-madison-nvidia-kernel-dkms-bookworm.txt")), pin) == chosen
+
+
+def test_pick_on_trixie() -> None:
+    available = driver.parse_madison(_read("apt-cache-madison-nvidia-kernel-dkms-trixie.txt"))
+    assert driver.pick(available, "550") == "550.163.01-2"
+    assert driver.upstream("550.163.01-2") == "550.163.01"
+    assert driver.upstream("1:535.309.01-0+deb12u1") == "535.309.01"
+
+
+def test_proc_version_open_module() -> None:
+    assert driver.parse_proc_version(_read("proc-driver-nvidia-version-open-580.txt")) == {
+        "version": "580.95.05",
+        "flavor": "open",
+    }
+
+
+def test_proc_version_proprietary_module() -> None:
+    assert driver.parse_proc_version(_read("proc-driver-nvidia-version-proprietary-515.txt")) == {
+        "version": "515.76",
+        "flavor": "proprietary",
+    }
+
+
+def test_proc_version_unreadable() -> None:
+    assert driver.parse_proc_version("") is None
+
+
+@pytest.mark.parametrize(
+    ("loaded", "gpu", "needed"),
+    [
+        ("550.163.01", True, False),
+        ("535.261.03", True, True),  # "Driver/library version mismatch" until a reboot
+        (None, True, True),  # a GPU and no module loaded: the reboot loads it
+        (None, False, False),  # no GPU (the sandbox): no module can load, nothing is pending
+    ],
+)
+def test_reboot_needed(loaded: str | None, gpu: bool, needed: bool) -> None:
+    assert driver.reboot_needed(loaded, "550.163.01", gpu) is needed

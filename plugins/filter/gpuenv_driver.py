@@ -1,0 +1,37 @@
+"""Filters for the nvidia_driver role, calling gpuenv.driver (tested with saved real output)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+try:
+    from gpuenv import driver
+except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from gpuenv import driver
+
+
+def gpuenv_driver_pick(madison: str, pin: str) -> dict[str, Any]:
+    """{"version": newest Debian version matching the pin or None, "available": every version offered}."""
+    available = driver.parse_madison(str(madison))
+    chosen = driver.pick(available, str(pin))
+    return {"version": chosen, "upstream": driver.upstream(chosen) if chosen else None, "available": available}
+
+
+def gpuenv_nvidia_proc_version(text: str) -> dict[str, str] | None:
+    return driver.parse_proc_version(str(text))
+
+
+def gpuenv_driver_reboot_needed(loaded: dict[str, str] | None, installed: str, gpu_present: bool) -> bool:
+    return driver.reboot_needed((loaded or {}).get("version"), str(installed), bool(gpu_present))
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "gpuenv_driver_pick": gpuenv_driver_pick,
+            "gpuenv_nvidia_proc_version": gpuenv_nvidia_proc_version,
+            "gpuenv_driver_reboot_needed": gpuenv_driver_reboot_needed,
+        }
