@@ -261,13 +261,12 @@ def build(site: Path, wheels: Path) -> list[Path]:
 def archives(manifest: dict[str, Any]) -> list[dict[str, str]]:
     """Every platform archive entry of a manifest, cuDNN's per-CUDA-major nesting included."""
     found = []
-    for comp, entry in manifest.items():
+    for entry in manifest.values():
         if not isinstance(entry, dict):
             continue
         for key, value in entry.items():
             if key.startswith(("linux-", "windows-")) and isinstance(value, dict):
                 found.extend([value] if "relative_path" in value else list(value.values()))
-        del comp
     return found
 
 

@@ -1,12 +1,26 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def run_tool(name: str, *args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run one of the venv's commands (ansible, ansible-playbook, ...) from the repo root, output captured."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / name), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture

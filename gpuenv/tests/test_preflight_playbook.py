@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 import gpuenv.checkspec
+from gpuenv.tests.conftest import run_tool
 
 pytestmark = pytest.mark.ansible
 
@@ -45,15 +46,7 @@ def _play(
     env["ANSIBLE_LOCAL_TEMP"] = str(inv.parent / "ansible-tmp")
     if path_prefix is not None:
         env["PATH"] = f"{path_prefix}{os.pathsep}{env['PATH']}"
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), playbook, *extra],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    return run_tool("ansible-playbook", "-i", str(inv), playbook, *extra, env=env, timeout=300)
 
 
 GOOD = {"profile": "torch-2.5-cu124", "gpu": "NVIDIA GeForce RTX 4090"}

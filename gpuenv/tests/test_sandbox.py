@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuenv.sandbox import faults, fleet, mirror
+from gpuenv.tests.conftest import run_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SYSCTLS_BEFORE: dict[str, str] = {}
@@ -27,16 +27,7 @@ pytestmark = [
 
 
 def _ansible(venv_env: dict[str, str], inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    exe = str(Path(sys.executable).parent / "ansible")
-    return subprocess.run(
-        [exe, "all", "-i", str(inventory), *args],
-        cwd=REPO,
-        env=venv_env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    return run_tool("ansible", "all", "-i", str(inventory), *args, env=venv_env, timeout=600)
 
 
 def _ssh(host: fleet.Host, command: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
