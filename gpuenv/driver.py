@@ -9,12 +9,15 @@ from gpuenv import versions
 
 
 def parse_madison(text: str) -> list[str]:
-    """Versions from `apt-cache madison PKG` ("nvidia-kernel-dkms | 535.309.01-0+deb12u1 | URL ..."), newest first."""
+    """Versions offered, newest first, from `apt-cache madison PKG` ("nvidia-kernel-dkms |
+    535.309.01-0+deb12u1 | URL ...") or from `dnf repoquery --queryformat '%{version}-%{release}'`
+    (one "580.82.07-1.el9" per line)."""
     found: list[str] = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split("|")]
-        if len(parts) >= 3 and parts[1] and parts[1] not in found:
-            found.append(parts[1])
+        version = parts[1] if len(parts) >= 3 else parts[0] if len(parts) == 1 and parts[0][:1].isdigit() else ""
+        if version and version not in found:
+            found.append(version)
     return sorted(found, key=_debian_key, reverse=True)
 
 
@@ -59,3 +62,27 @@ def reboot_needed(loaded: str | None, installed: str | None, gpu_present: bool) 
     "Failed to initialize NVML: Driver/library version mismatch"; a GPU with no module loaded needs
     the reboot to load it. Without an NVIDIA GPU no module can load, so nothing is pending."""
     return gpu_present and loaded != installed
+
+
+def choose_flavor(requested: str, ccs: list[str], open_min_cc: str) -> tuple[str | None, str]:
+    """(flavor, why) for the kernel modules; flavor None when the request cannot work, with why.
+
+    Open modules need the GSP that Turing (7.5) introduced; proprietary ones serve older GPUs too
+    (compat.yaml driver.open_modules and its source)."""
+    floor = versions.parse(open_min_cc)
+    old = sorted({cc for cc in ccs if versions.parse(cc) < floor}, key=versions.parse)
+    if requested == "open":
+        if old:
+            return None, (
+                f"open kernel modules support only compute capability {open_min_cc} (Turing) and newer, "
+                f"and this stack has GPUs of compute capability {', '.join(old)}: set nvidia_driver_flavor: "
+                "proprietary (or auto)"
+            )
+        return "open", "requested"
+    if requested == "proprietary":
+        return "proprietary", "requested"
+    if not ccs:
+        return "proprietary", "the stack names no GPU; proprietary modules also drive GPUs older than Turing"
+    if old:
+        return "proprietary", f"GPUs of compute capability {', '.join(old)} are older than Turing"
+    return "open", f"every GPU is Turing ({open_min_cc}) or newer, where NVIDIA recommends the open modules"

@@ -41,9 +41,11 @@ class Wheel:
     project: str
     version: str
     sha256: str
+    # Older nvidia-* wheels are tagged manylinux1 (the tag is part of the file name PyPI serves).
+    platform: str = "manylinux2014_x86_64"
 
     def filename(self) -> str:
-        return f"{self.project.replace('-', '_')}-{self.version}-py3-none-manylinux2014_x86_64.whl"
+        return f"{self.project.replace('-', '_')}-{self.version}-py3-none-{self.platform}.whl"
 
 
 def spec() -> dict[str, Any]:

@@ -35,8 +35,9 @@ def gpuenv_cmd() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "gpuenv"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def venv_env() -> dict[str, str]:
+    """The environment for the venv's Ansible commands (tests copy it before changing it)."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")

@@ -112,3 +112,9 @@ def test_every_profile_passes_for_every_gpu_it_lists(name: str) -> None:
         result = check_mapping({"profile": name, "gpu": cc})
         assert result["exit_code"] == 0, (cc, result["errors"])
         assert not result["warnings"], (cc, result["warnings"])
+
+
+def test_open_modules_floor_is_turings_first_compute_capability() -> None:
+    # The driver role's flavor auto reads this floor; NVIDIA ties it to Turing's GSP.
+    turing = next(g for g in DATA.generations if g.name == "turing")
+    assert DATA.raw["driver"]["open_modules"]["min_cc"] == turing.cc_min == "7.5"

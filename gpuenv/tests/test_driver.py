@@ -69,3 +69,31 @@ def test_proc_version_unreadable() -> None:
 )
 def test_reboot_needed(loaded: str | None, gpu: bool, needed: bool) -> None:
     assert driver.reboot_needed(loaded, "550.163.01", gpu) is needed
+
+
+@pytest.mark.parametrize(
+    ("requested", "ccs", "flavor"),
+    [
+        ("auto", ["8.0", "9.0"], "open"),  # Ampere and Hopper: NVIDIA recommends open
+        ("auto", ["7.5"], "open"),  # Turing is the first generation with a GSP
+        ("auto", ["7.0", "8.0"], "proprietary"),  # one Volta in the stack rules open out
+        ("auto", [], "proprietary"),  # no GPU named: the flavor that drives every generation
+        ("proprietary", ["9.0"], "proprietary"),
+        ("open", ["8.6"], "open"),
+        ("open", ["6.1"], None),  # Pascal cannot run open modules: refused, not installed
+    ],
+)
+def test_flavor_follows_the_open_modules_floor(requested: str, ccs: list[str], flavor: str | None) -> None:
+    chosen, why = driver.choose_flavor(requested, ccs, "7.5")
+    assert chosen == flavor
+    if flavor is None:
+        assert "6.1" in why
+        assert "proprietary" in why
+
+
+def test_dnf_repoquery_lines_are_read_like_madison() -> None:
+    # The layout `dnf repoquery --queryformat '%{version}-%{release}\n'` prints, one per line.
+    available = driver.parse_madison("575.57.08-1.el9\n580.82.07-1.el9\n\n580.65.06-1.el9\n")
+    assert available == ["580.82.07-1.el9", "580.65.06-1.el9", "575.57.08-1.el9"]
+    assert driver.pick(available, "580") == "580.82.07-1.el9"
+    assert driver.upstream("580.82.07-1.el9") == "580.82.07"

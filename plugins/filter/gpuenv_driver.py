@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from gpuenv import driver
+    from gpuenv import compat, driver
 except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import driver
+    from gpuenv import compat, driver
 
 
 def gpuenv_driver_pick(madison: str, pin: str) -> dict[str, Any]:
@@ -18,6 +18,13 @@ def gpuenv_driver_pick(madison: str, pin: str) -> dict[str, Any]:
     available = driver.parse_madison(str(madison))
     chosen = driver.pick(available, str(pin))
     return {"version": chosen, "upstream": driver.upstream(chosen) if chosen else None, "available": available}
+
+
+def gpuenv_driver_flavor(requested: str, ccs: list[Any]) -> dict[str, Any]:
+    """{"flavor": "open"|"proprietary"|None, "why": ...} for the role's nvidia_driver_flavor."""
+    floor = str(compat.load().raw["driver"]["open_modules"]["min_cc"])
+    flavor, why = driver.choose_flavor(str(requested), [str(cc) for cc in ccs or []], floor)
+    return {"flavor": flavor, "why": why}
 
 
 def gpuenv_nvidia_proc_version(text: str) -> dict[str, str] | None:
@@ -32,6 +39,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "gpuenv_driver_pick": gpuenv_driver_pick,
+            "gpuenv_driver_flavor": gpuenv_driver_flavor,
             "gpuenv_nvidia_proc_version": gpuenv_nvidia_proc_version,
             "gpuenv_driver_reboot_needed": gpuenv_driver_reboot_needed,
         }

@@ -1,0 +1,104 @@
+"""Pure helpers for the cuda_toolkit and cudnn roles: read NVIDIA's redist manifests
+(`redistrib_<version>.json`), name the archives a tree needs, and read the versions a tree
+reports. Tested in gpuenv/tests/test_redist.py on the mirror's manifests and saved output."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+PLATFORM = "linux-x86_64"
+
+
+class RedistError(ValueError):
+    """A manifest that cannot give what was asked; the message says what it has."""
+
+
+def archives(
+    manifest: dict[str, Any] | str,
+    components: list[str],
+    *,
+    platform: str = PLATFORM,
+    variant: str | None = None,
+) -> list[dict[str, str]]:
+    """The archive of each component, in the order asked, as {component, version, relative_path,
+    sha256, size}. `variant` picks the per-CUDA-major entry of cuDNN manifests ("cuda12")."""
+    data: dict[str, Any] = json.loads(manifest) if isinstance(manifest, str) else manifest
+    label = data.get("release_label", "?")
+    offered = sorted(k for k, v in data.items() if isinstance(v, dict) and platform in v)
+    missing = [c for c in components if c not in offered]
+    if missing:
+        raise RedistError(
+            f"redistrib_{label}.json has no {', '.join(missing)} for {platform}; "
+            f"it offers: {', '.join(offered) or 'nothing'}"
+        )
+    found = []
+    for comp in components:
+        entry = data[comp][platform]
+        if variant is not None:
+            if variant not in entry:
+                raise RedistError(
+                    f"redistrib_{label}.json has {comp} {data[comp].get('version')} for "
+                    f"{', '.join(sorted(entry))} only, not {variant}"
+                )
+            entry = entry[variant]
+        if "relative_path" not in entry or "sha256" not in entry:
+            raise RedistError(f"redistrib_{label}.json: {comp} for {platform} lacks relative_path or sha256")
+        found.append(
+            {
+                "component": comp,
+                "version": str(data[comp]["version"]),
+                "relative_path": entry["relative_path"],
+                "sha256": entry["sha256"],
+                "size": str(entry.get("size", "")),
+                "file": entry["relative_path"].rsplit("/", 1)[-1],
+            }
+        )
+    return found
+
+
+def tree_id(found: list[dict[str, str]]) -> str:
+    """A short id of exactly these archives: a tree built from other bytes gets another id."""
+    h = hashlib.sha256()
+    for a in sorted(found, key=lambda a: a["component"]):
+        h.update(f"{a['component']}={a['sha256']}\n".encode())
+    return h.hexdigest()[:12]
+
+
+_PTXAS = re.compile(r"release (?P<release>\d+\.\d+), V(?P<version>\d+\.\d+\.\d+)")
+
+
+def tool_version(text: str) -> dict[str, str] | None:
+    """`ptxas --version` / `nvcc --version` -> {"release": "12.4", "version": "12.4.131"}."""
+    match = _PTXAS.search(text)
+    return match.groupdict() if match else None
+
+
+_CUDNN_DEFINE = re.compile(r"^#define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)", re.MULTILINE)
+
+
+def cudnn_header_version(text: str) -> str | None:
+    """ "9.1.0" from cudnn_version.h (CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL)."""
+    values = dict(_CUDNN_DEFINE.findall(text))
+    if not {"MAJOR", "MINOR", "PATCHLEVEL"} <= set(values):
+        return None
+    return f"{values['MAJOR']}.{values['MINOR']}.{values['PATCHLEVEL']}"
+
+
+def ldconfig_libs(text: str, soname: str) -> list[str]:
+    """The paths `ldconfig -p` lists for a soname ("libcudnn.so.9")."""
+    paths = []
+    for line in text.splitlines():
+        name, sep, path = line.strip().partition(" => ")
+        if sep and name.split(" (", 1)[0] == soname:
+            paths.append(path.strip())
+    return paths
+
+
+def debian_toolkit_release(debian_version: str) -> str | None:
+    """12.4.1 from Debian's nvidia-cuda-toolkit version 12.4.131~12.4.1-2 (11.8.0 from
+    11.8.89~11.8.0-5~deb12u1): the toolkit release after the '~'."""
+    match = re.match(r"^(?:\d+:)?[\d.]+~(\d+\.\d+\.\d+)-", debian_version)
+    return match.group(1) if match else None

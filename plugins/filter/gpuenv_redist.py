@@ -1,0 +1,49 @@
+"""Filters for the cuda_toolkit and cudnn roles, calling gpuenv.redist (tested there)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+try:
+    from gpuenv import redist
+except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from gpuenv import redist
+
+
+def gpuenv_redist_archives(manifest: Any, components: list[str], variant: str | None = None) -> dict[str, Any]:
+    """{"archives": [...], "id": tree id, "error": None} or {"archives": [], "id": None, "error": why}."""
+    try:
+        found = redist.archives(manifest, [str(c) for c in components], variant=variant)
+    except (redist.RedistError, ValueError, KeyError, TypeError) as exc:
+        return {"archives": [], "id": None, "error": str(exc)}
+    return {"archives": found, "id": redist.tree_id(found), "error": None}
+
+
+def gpuenv_tool_version(text: str) -> dict[str, str] | None:
+    return redist.tool_version(str(text))
+
+
+def gpuenv_cudnn_header_version(text: str) -> str | None:
+    return redist.cudnn_header_version(str(text))
+
+
+def gpuenv_ldconfig_libs(text: str, soname: str) -> list[str]:
+    return redist.ldconfig_libs(str(text), str(soname))
+
+
+def gpuenv_debian_toolkit_release(debian_version: str) -> str | None:
+    return redist.debian_toolkit_release(str(debian_version))
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "gpuenv_redist_archives": gpuenv_redist_archives,
+            "gpuenv_tool_version": gpuenv_tool_version,
+            "gpuenv_cudnn_header_version": gpuenv_cudnn_header_version,
+            "gpuenv_ldconfig_libs": gpuenv_ldconfig_libs,
+            "gpuenv_debian_toolkit_release": gpuenv_debian_toolkit_release,
+        }
