@@ -102,3 +102,25 @@ def debian_toolkit_release(debian_version: str) -> str | None:
     11.8.89~11.8.0-5~deb12u1): the toolkit release after the '~'."""
     match = re.match(r"^(?:\d+:)?[\d.]+~(\d+\.\d+\.\d+)-", debian_version)
     return match.group(1) if match else None
+
+
+_MISMATCH = re.compile(r"did not match (?P<expected>[0-9a-f]{64}); it was (?P<actual>[0-9a-f]{64})")
+
+
+def fetch_failures(results: list[dict[str, Any]], base_url: str) -> list[str]:
+    """One line per failed download of a loop over archives (get_url results, each with its
+    archive as `item`): which file, from where, and either both sums or the download error."""
+    lines = []
+    for result in results:
+        if not result.get("failed"):
+            continue
+        archive = result.get("item") or {}
+        name = archive.get("file", "?")
+        url = archive.get("url") or f"{base_url.rstrip('/')}/{archive.get('relative_path', name)}"
+        msg = str(result.get("msg", ""))
+        match = _MISMATCH.search(msg)
+        if match:
+            lines.append(f"{name} from {url}: sha256 is {match['actual']}, expected {match['expected']}")
+        else:
+            lines.append(f"{name} from {url}: could not be downloaded ({msg.strip() or 'no reason given'})")
+    return lines

@@ -74,6 +74,13 @@ FIELDS: dict[str, Field] = {
         Field(
             "torch_variant", False, r"cu\d{3}", "cu124", "the PyTorch CUDA wheel variant; derived from cuda when absent"
         ),
+        Field(
+            "packages",
+            False,
+            r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+",
+            "numpy==2.3.4",
+            "a list of extra Python packages for the environment, each pinned as name==version",
+        ),
     )
 }
 
@@ -99,6 +106,7 @@ class Stack:
     profile: str | None = None
     gpus: list[str] = field(default_factory=list)
     os: str | None = None
+    packages: list[str] = field(default_factory=list)
     from_profile: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -112,6 +120,7 @@ class Stack:
             "python": self.python,
             "torch": self.torch,
             "torch_variant": self.torch_variant,
+            "packages": self.packages,
         }
         return out
 
@@ -237,6 +246,13 @@ def parse_stack(raw: dict[str, Any], data: CompatData) -> Stack:
             hint = f" Did you mean '{close[0]}'?" if close else ""
             problems.append(f"gpu_stack.{_short(key)}: unknown key.{hint} Known keys: {', '.join(FIELDS)}.")
             continue
+        if key == "packages":
+            if not isinstance(value, list):
+                problems.append(f'gpu_stack.packages: expected a list such as ["numpy==2.3.4"], got {_kind(value)}.')
+                continue
+            pins = [_as_text("packages", item, problems) for item in value]
+            values[key] = [p for p in pins if p is not None]
+            continue
         if key == "gpu" and isinstance(value, list):
             if not value:
                 problems.append("gpu_stack.gpu: the list is empty; leave the key out instead.")
@@ -290,5 +306,6 @@ def parse_stack(raw: dict[str, Any], data: CompatData) -> Stack:
         profile=profile_name,
         gpus=values.get("gpu", []),
         os=values.get("os"),
+        packages=values.get("packages", []),
         from_profile=from_profile,
     )

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.request
 import zipfile
 from dataclasses import dataclass
 from importlib import resources
@@ -257,7 +258,51 @@ def build(site: Path, wheels: Path) -> list[Path]:
             }
         manifest_path.write_text(json.dumps(manifest, indent=4) + "\n")
         manifests.append(manifest_path)
+    build_pytorch_index(site, data.get("pytorch_index", {}))
     return manifests
+
+
+def build_pytorch_index(site: Path, index: dict[str, Any]) -> None:
+    """site/whl/<variant>/<project>/ with the wheels and a PEP 503 index.html (sha256 in each link)."""
+    for variant, projects in index.items():
+        for project, wheels in projects.items():
+            folder = site / "whl" / variant / project
+            folder.mkdir(parents=True, exist_ok=True)
+            links = []
+            for wheel in wheels:
+                target = folder / wheel["file"]
+                if not (target.exists() and digest(target) == wheel["sha256"]):
+                    _fetch_index_wheel(wheel, target)
+                links.append(
+                    f'<a href="{wheel["file"].replace("+", "%2B")}#sha256={wheel["sha256"]}">{wheel["file"]}</a>'
+                )
+            (folder / "index.html").write_text(
+                "<!DOCTYPE html><html><body>\n" + "<br>\n".join(links) + "\n</body></html>\n"
+            )
+
+
+def _fetch_index_wheel(wheel: dict[str, Any], target: Path) -> None:
+    for place in wheel.get("local", []):
+        candidate = Path(place) / wheel["file"]
+        if candidate.exists() and digest(candidate) == wheel["sha256"]:
+            log(f"mirror: {wheel['file']} from {place}")
+            shutil.copyfile(candidate, target)
+            return
+    log(f"mirror: downloading {wheel['file']}")
+    partial = target.with_name(target.name + ".partial")
+    try:
+        if not str(wheel["url"]).startswith("https://"):
+            raise OSError(f"not an https URL: {wheel['url']}")
+        urllib.request.urlretrieve(wheel["url"], partial)  # noqa: S310 - https only, checked above
+    except OSError as exc:
+        raise SandboxError(
+            f"{wheel['file']} is in none of {', '.join(wheel.get('local', [])) or 'no local folder'} and "
+            f"{wheel['url']} cannot be reached ({exc}); copy the wheel into one of those folders"
+        ) from exc
+    if digest(partial) != wheel["sha256"]:
+        partial.unlink()
+        raise SandboxError(f"{wheel['url']}: sha256 is not {wheel['sha256']}; nothing was kept")
+    partial.replace(target)
 
 
 def archives(manifest: dict[str, Any]) -> list[dict[str, str]]:

@@ -118,3 +118,12 @@ def test_open_modules_floor_is_turings_first_compute_capability() -> None:
     # The driver role's flavor auto reads this floor; NVIDIA ties it to Turing's GSP.
     turing = next(g for g in DATA.generations if g.name == "turing")
     assert DATA.raw["driver"]["open_modules"]["min_cc"] == turing.cc_min == "7.5"
+
+
+def test_every_torch_release_has_its_companions() -> None:
+    # pytorch_env pins torchvision / torchaudio from this table; a release without a row would
+    # leave them unpinned.
+    companions = DATA.raw["torch_companions"]["releases"]
+    for release in DATA.torch_releases():
+        assert release in companions, release
+        assert companions[release]["torchvision"], release

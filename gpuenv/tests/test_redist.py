@@ -105,3 +105,19 @@ def test_ldconfig_libs() -> None:
 def test_debian_toolkit_release(suite: str, release: str) -> None:
     (version,) = driver.parse_madison((DATA / f"apt-cache-madison-nvidia-cuda-toolkit-{suite}.txt").read_text())
     assert redist.debian_toolkit_release(version) == release
+
+
+def test_fetch_failures_name_the_file_and_both_sums() -> None:
+    # get_url's own message names its temporary file, not the archive; the role says which archive.
+    cudart = "cuda_cudart-linux-x86_64-12.1.105-archive.tar.xz"
+    tmp_msg = f"The checksum for /root/.ansible/tmp/tmp9y7v8dj0 did not match {'0' * 64}; it was {'2e' * 32}."
+    results = [
+        {"item": {"file": "ok.tar.xz", "relative_path": "x/ok.tar.xz"}, "changed": True},
+        {"failed": True, "item": {"file": cudart, "relative_path": "cuda_cudart/a.tar.xz"}, "msg": tmp_msg},
+        {"failed": True, "item": {"file": "gone.tar.xz", "url": "http://m/gone.tar.xz"}, "msg": "HTTP 404"},
+    ]
+    assert redist.fetch_failures(results, "http://m/redist/") == [
+        "cuda_cudart-linux-x86_64-12.1.105-archive.tar.xz from http://m/redist/cuda_cudart/a.tar.xz: "
+        f"sha256 is {'2e' * 32}, expected {'0' * 64}",
+        "gone.tar.xz from http://m/gone.tar.xz: could not be downloaded (HTTP 404)",
+    ]

@@ -46,6 +46,8 @@ MALFORMED: list[tuple[str, str | None, list[str]]] = [
     ("boolean-value", GOOD.replace('cudnn: "9.1.0.70"', "cudnn: no"), ["gpu_stack.cudnn", "a boolean"]),
     ("bad-variant", GOOD + "  torch_variant: cuda124\n", ["gpu_stack.torch_variant"]),
     ("complex-key", GOOD + "  ? [a, b]\n  : 1\n", ["a key must be a plain word", "a list"]),
+    ("packages-not-a-list", GOOD + "  packages: numpy==2.3.4\n", ["gpu_stack.packages", "expected a list"]),
+    ("package-unpinned", GOOD + "  packages: [numpy]\n", ["gpu_stack.packages", "'numpy'", "name==version"]),
     (
         "huge-number",
         GOOD.replace('driver: "550"', 'driver: "550.' + "9" * 5000 + '"'),
@@ -137,3 +139,11 @@ def test_keys_1_and_true_are_not_duplicates(tmp_path: Path) -> None:
     path = tmp_path / "stack.yml"
     path.write_text("1: a\ntrue: b\n" + GOOD)
     assert check_file(path)["exit_code"] == 0
+
+
+def test_packages_are_carried_into_the_resolved_stack(tmp_path: Path) -> None:
+    path = tmp_path / "stack.yml"
+    path.write_text(GOOD + '  packages: ["numpy==2.3.4", "einops==0.8.1"]\n')
+    result = check_file(path)
+    assert result["exit_code"] == 0
+    assert result["stack"]["packages"] == ["numpy==2.3.4", "einops==0.8.1"]

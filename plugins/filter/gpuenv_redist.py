@@ -38,6 +38,10 @@ def gpuenv_debian_toolkit_release(debian_version: str) -> str | None:
     return redist.debian_toolkit_release(str(debian_version))
 
 
+def gpuenv_fetch_failures(results: list[dict[str, Any]], base_url: str) -> list[str]:
+    return redist.fetch_failures(list(results or []), str(base_url))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -46,4 +50,5 @@ class FilterModule:
             "gpuenv_cudnn_header_version": gpuenv_cudnn_header_version,
             "gpuenv_ldconfig_libs": gpuenv_ldconfig_libs,
             "gpuenv_debian_toolkit_release": gpuenv_debian_toolkit_release,
+            "gpuenv_fetch_failures": gpuenv_fetch_failures,
         }

@@ -1,0 +1,100 @@
+"""Pure helpers for the pytorch_env role: what an environment is made of (the pinned requirement
+set and where torch comes from), its id, and a hash-pinned lock from pip's installation report.
+Tested in gpuenv/tests/test_envplan.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from gpuenv import compat
+
+_PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
+
+
+class EnvPlanError(ValueError):
+    """A declared environment that cannot be built; the message says what to fix."""
+
+
+def plan(
+    *,
+    torch: str,
+    variant: str,
+    python: str,
+    packages: list[str],
+    companions: list[str] | str,
+    index_template: str,
+    pypi_url: str,
+    backend: str,
+) -> dict[str, Any]:
+    """The requirement set of an environment and where torch comes from.
+
+    torch comes from PyPI when `variant` is PyPI's default build of that release (the wheel has no
+    local version there), else from PyTorch's index for the variant (`index_template` with
+    "{variant}"), where every wheel carries "+<variant>"."""
+    data = compat.load()
+    series = data.torch_series(torch)
+    if series is None or torch not in series.releases:
+        raise EnvPlanError(f"torch {torch} is not in the compatibility data; known: {', '.join(data.torch_releases())}")
+    if variant != "cpu" and variant not in series.variants:
+        raise EnvPlanError(
+            f"torch {torch} has no {variant} build in the data; builds: cpu, {', '.join(sorted(series.variants))}"
+        )
+    bad = [p for p in packages if not _PIN.match(p)]
+    if bad:
+        raise EnvPlanError(f"extra packages must be pinned as name==version: {', '.join(bad)}")
+    from_pypi = variant == series.pypi_default
+    local = "" if from_pypi else f"+{variant}"
+    table = data.raw["torch_companions"]["releases"].get(torch, {})
+    requirements = [f"torch=={torch}{local}"]
+    if companions == "auto":  # each of torchvision / torchaudio that has a release for this torch
+        companions = [name for name in ("torchvision", "torchaudio") if table.get(name)]
+    for name in companions:
+        if name not in ("torchvision", "torchaudio"):
+            raise EnvPlanError(f"companion {name!r} is not torchvision or torchaudio")
+        version = table.get(name)
+        if version is None:
+            raise EnvPlanError(
+                f"no {name} release belongs to torch {torch} (compat.yaml torch_companions); "
+                f"drop it from pytorch_env_companions or pin one in pytorch_env_packages"
+            )
+        requirements.append(f"{name}=={version}{local}")
+    requirements += sorted(packages)
+    index = None if from_pypi else index_template.replace("{variant}", variant)
+    spec = {
+        "backend": backend,
+        "python": python,
+        "requirements": requirements,
+        "torch_index": index,
+        "pypi": pypi_url,
+    }
+    return {**spec, "from_pypi": from_pypi, "id": env_id(spec)}
+
+
+def env_id(spec: dict[str, Any]) -> str:
+    """12 hex digits naming an environment by what it contains: same stack, same directory."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def lock_from_report(report: dict[str, Any] | str) -> str:
+    """A requirements lock ("name==version --hash=sha256:...") from `pip install --report`.
+
+    Every installed distribution is listed with the sha256 pip verified for it; the lock
+    reinstalls exactly that set with `pip install --require-hashes --no-deps -r`."""
+    data: dict[str, Any] = json.loads(report) if isinstance(report, str) else report
+    lines = []
+    for item in data.get("install", []):
+        meta = item.get("metadata", {})
+        name, version = meta.get("name"), meta.get("version")
+        if not name or not version:
+            raise EnvPlanError("pip's report lists a distribution without name or version")
+        info = item.get("download_info", {}).get("archive_info", {})
+        sha = info.get("hashes", {}).get("sha256")
+        if not sha and str(info.get("hash", "")).startswith("sha256="):
+            sha = info["hash"].split("=", 1)[1]
+        if not sha:
+            raise EnvPlanError(f"pip's report gives no sha256 for {name} {version}")
+        lines.append(f"{name}=={version} --hash=sha256:{sha}")
+    return "\n".join(sorted(lines, key=str.lower)) + "\n"

@@ -1,0 +1,87 @@
+"""The pytorch_env role's plan and lock helpers (gpuenv/envplan.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuenv import envplan
+
+DATA = Path(__file__).parent / "data"
+INDEX = "https://download.pytorch.org/whl/{variant}"
+
+
+def _plan(**over: Any) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "torch": "2.13.0",
+        "variant": "cpu",
+        "python": "3.11",
+        "packages": [],
+        "companions": ["torchvision"],
+        "index_template": INDEX,
+        "pypi_url": "https://pypi.org/simple",
+        "backend": "venv",
+    }
+    settings.update(over)
+    return envplan.plan(**settings)
+
+
+def test_a_non_default_build_comes_from_pytorchs_index_with_its_local_version() -> None:
+    plan = _plan()
+    assert plan["requirements"] == ["torch==2.13.0+cpu", "torchvision==0.28.0+cpu"]
+    assert plan["torch_index"] == "https://download.pytorch.org/whl/cpu"
+    assert not plan["from_pypi"]
+
+
+def test_pypis_default_build_comes_from_pypi_unlabelled() -> None:
+    # cu130 is PyPI's default build of 2.13 (compat.yaml torch "2.13" pypi_default)
+    plan = _plan(variant="cu130", packages=["numpy==2.3.4"])
+    assert plan["requirements"] == ["torch==2.13.0", "torchvision==0.28.0", "numpy==2.3.4"]
+    assert plan["torch_index"] is None
+    assert plan["from_pypi"]
+
+
+def test_the_id_follows_the_contents() -> None:
+    assert _plan()["id"] == _plan()["id"]
+    assert _plan()["id"] != _plan(packages=["numpy==2.3.4"])["id"]
+    assert _plan()["id"] != _plan(python="3.12")["id"]
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"torch": "2.15.0"}, "torch 2.15.0 is not in the compatibility data"),
+        ({"variant": "cu118"}, "has no cu118 build"),
+        ({"packages": ["numpy"]}, "must be pinned as name==version: numpy"),
+        ({"companions": ["torchaudio"]}, "no torchaudio release belongs to torch 2.13.0"),
+    ],
+)
+def test_refusals_say_what_to_fix(over: dict[str, Any], message: str) -> None:
+    with pytest.raises(envplan.EnvPlanError, match=message):
+        _plan(**over)
+
+
+def test_lock_from_pips_report_pins_every_hash() -> None:
+    lock = envplan.lock_from_report((DATA / "pip-install-report-idna-six.json").read_text())
+    assert lock == (
+        "idna==3.10 --hash=sha256:946d195a0d259cbba61165e88e65941f16e9b36ea6ddb97f00452bae8b1287d3\n"
+        "six==1.16.0 --hash=sha256:8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254\n"
+    )
+
+
+def test_lock_refuses_a_distribution_without_a_hash() -> None:
+    report = {"install": [{"metadata": {"name": "x", "version": "1"}, "download_info": {"url": "file:///x"}}]}
+    with pytest.raises(envplan.EnvPlanError, match="no sha256 for x 1"):
+        envplan.lock_from_report(report)
+
+
+def test_auto_companions_skip_a_library_without_a_release() -> None:
+    # torchaudio has no release for torch 2.13; 2.5.1 has both
+    assert _plan(companions="auto")["requirements"] == ["torch==2.13.0+cpu", "torchvision==0.28.0+cpu"]
+    assert _plan(torch="2.5.1", variant="cu124", companions="auto")["requirements"] == [
+        "torch==2.5.1",
+        "torchvision==0.20.1",
+        "torchaudio==2.5.1",
+    ]
