@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuenv import __version__
+from gpuenv import __version__, fleetreport, verify
 from gpuenv.checkspec import check_file
 from gpuenv.compat import load
 from gpuenv.report import format_text
@@ -46,6 +46,21 @@ def _profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    try:
+        hosts = fleetreport.load(Path(args.dir))
+    except fleetreport.ReportError as exc:
+        print(f"gpuenv report: {exc}", file=sys.stderr)
+        return 2
+    text = fleetreport.markdown(hosts)
+    print(text, end="")
+    if args.md:
+        Path(args.md).write_text(text)
+    if args.html:
+        Path(args.html).write_text(fleetreport.html_page(hosts))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuenv", description="Declarative provisioning of deep-learning GPU hosts.")
     parser.add_argument("--version", action="version", version=f"gpuenv {__version__}")
@@ -72,11 +87,34 @@ def build_parser() -> argparse.ArgumentParser:
     profiles = sub.add_parser("profiles", help="list the named, pre-checked stack profiles")
     profiles.add_argument("--json", action="store_true", help="print a machine-readable list")
     profiles.set_defaults(func=_profiles)
+
+    report = sub.add_parser(
+        "report",
+        help="the fleet report from the verify results in a directory",
+        description="Read every gpuenv verify JSON file in DIR (the gpu_verify role fetches them into reports/) and "
+        "print a Markdown table: a row per host, a column per check group, the versions found against the "
+        "declared ones, and the failures with their fix hints. Exit 2 when DIR holds no readable report.",
+    )
+    report.add_argument("dir", help="directory with one verify JSON per host, e.g. reports/")
+    report.add_argument("--md", help="also write the Markdown here")
+    report.add_argument("--html", help="write the self-contained HTML page here")
+    report.set_defaults(func=_report)
+
+    # Listed for --help; main() hands `verify ...` to gpuenv.verify's own parser.
+    sub.add_parser(
+        "verify",
+        help="prove on this host that the declared stack loads and runs (gpuenv verify --help)",
+        add_help=False,
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args_list = sys.argv[1:] if argv is None else argv
+    if args_list[:1] == ["verify"]:
+        # verify has its own parser: the same file runs on hosts with nothing but torch installed.
+        return verify.main(args_list[1:])
+    args = build_parser().parse_args(args_list)
     try:
         return int(args.func(args))
     except BrokenPipeError:  # `gpuenv profiles | head` is fine

@@ -583,6 +583,11 @@ class _Checker:
         out["torch_variant_derived"] = self.variant_derived
         out["torch_cuda"] = self.variant.cuda if self.variant else None
         out["torch_cudnn"] = self.variant.cudnn if self.variant else None
+        # The oldest driver that runs torch's CUDA runtime at all (minor-version compatibility): what
+        # gpuenv verify holds the host's driver to.
+        out["torch_min_driver"] = (
+            self.data.minor_compat_floor.get(self.variant.cuda.split(".")[0]) if self.variant else None
+        )
         out["torch_arch_list"] = self.variant.arch_list() if self.variant else []
         out["torch_pypi_default"] = bool(self.series and self.variant and self.series.pypi_default == self.variant.name)
         out["torch_conda_pytorch_channel"] = bool(self.series and self.series.conda_pytorch_channel)

@@ -1,0 +1,140 @@
+"""`gpuenv report DIR`: the fleet at a glance, from the `gpuenv verify --json` files the gpu_verify
+role fetched (one per host). A row per host, a column per check group (its worst status), the
+versions found against the declared ones with drift marked, and every failure with its fix hint.
+Markdown for terminals and pull requests; one self-contained HTML page for people."""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GROUPS = ["driver", "torch", "gpu", "cudnn", "cuda_tree", "host", "dist"]
+_RANK = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
+_MARK = {"fail": "FAIL", "warn": "warn", "pass": "ok", "skip": "skip", "": "-"}
+_COLOUR = {"fail": "#f8d7da", "warn": "#fff3cd", "pass": "#d1e7dd", "skip": "#e9ecef", "": "#ffffff"}
+# The versions a row shows: (label, check id, key in observed/expected or None for the value itself).
+_VERSIONS = [
+    ("driver", "driver.userspace", None),
+    ("torch", "torch.build", "torch"),
+    ("torch CUDA", "torch.build", "cuda"),
+    ("cuDNN (torch)", "cudnn.version", None),
+    ("CUDA tree", "cuda_tree.toolkit", None),
+    ("cuDNN (tree)", "cuda_tree.cudnn", None),
+]
+
+
+class ReportError(ValueError):
+    """No readable verify reports; the message says where gpuenv looked."""
+
+
+@dataclass
+class Host:
+    name: str
+    exit_code: int
+    checks: dict[str, dict[str, Any]]
+
+    def group_status(self, group: str) -> str:
+        statuses = [c["status"] for cid, c in self.checks.items() if cid.split(".")[0] == group]
+        return max(statuses, key=lambda s: _RANK[s]) if statuses else ""
+
+    def version(self, check_id: str, key: str | None) -> tuple[str, str, bool]:
+        """(found, declared, drift) for one version column."""
+        check = self.checks.get(check_id)
+        if not check or check["status"] == "skip":  # a skip observed nothing but its reason
+            return "", "", False
+        found, declared = check.get("observed"), check.get("expected")
+        if key is not None:
+            found = found.get(key) if isinstance(found, dict) else None
+            declared = declared.get(key) if isinstance(declared, dict) else None
+        found_s = "" if found is None else str(found)
+        declared_s = "" if declared is None or declared == "unset" else str(declared)
+        return found_s, declared_s, check["status"] == "fail" and bool(declared_s)
+
+    def failures(self) -> list[dict[str, Any]]:
+        return [c for c in self.checks.values() if c["status"] in ("fail", "warn")]
+
+
+def load(directory: Path) -> list[Host]:
+    files = sorted(directory.glob("*.json"))
+    hosts = []
+    for path in files:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ReportError(f"{path}: not a readable gpuenv verify report ({exc})") from exc
+        if data.get("schema_version") != 1:
+            raise ReportError(f"{path}: schema_version {data.get('schema_version')!r}, this gpuenv reads 1")
+        hosts.append(Host(data["host"], int(data["exit_code"]), {c["id"]: c for c in data["checks"]}))
+    if not hosts:
+        raise ReportError(f"no gpuenv verify reports (*.json) in {directory}; run playbooks/site.yml or verify.yml")
+    return hosts
+
+
+def markdown(hosts: list[Host]) -> str:
+    lines = ["| host | " + " | ".join(GROUPS) + " | " + " | ".join(v[0] for v in _VERSIONS) + " |"]
+    lines.append("|" + "---|" * (1 + len(GROUPS) + len(_VERSIONS)))
+    for h in hosts:
+        cells = [h.name + (" **FAILED**" if h.exit_code else "")]
+        cells += [_MARK[h.group_status(g)] for g in GROUPS]
+        for _label, cid, key in _VERSIONS:
+            found, declared, drift = h.version(cid, key)
+            cells.append(f"**{found} (declared {declared})**" if drift else found or "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    problems = [(h.name, c) for h in hosts for c in h.failures()]
+    if problems:
+        lines += ["", "Failures and warnings:", ""]
+        for name, c in problems:
+            lines.append(
+                f"- {name} `{c['id']}` {c['status']}: {c['summary']}" + (f". Fix: {c['hint']}" if c["hint"] else "")
+            )
+    ok = sum(h.exit_code == 0 for h in hosts)
+    lines += ["", f"{ok} of {len(hosts)} hosts passed every check (skips are checks that could not run here)."]
+    return "\n".join(lines) + "\n"
+
+
+def html_page(hosts: list[Host]) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(g)}</th>" for g in GROUPS) + "".join(f"<th>{e(v[0])}</th>" for v in _VERSIONS)
+    rows = []
+    for h in hosts:
+        cells = [f'<th class="host">{e(h.name)}{" <span class=bad>failed</span>" if h.exit_code else ""}</th>']
+        for g in GROUPS:
+            s = h.group_status(g)
+            cells.append(f'<td style="background:{_COLOUR[s]}" title="{e(g)}: {e(s or "no check")}">{_MARK[s]}</td>')
+        for _label, cid, key in _VERSIONS:
+            found, declared, drift = h.version(cid, key)
+            text = e(found or "-") + (f"<br><small>declared {e(declared)}</small>" if drift else "")
+            cells.append(f'<td class="{"drift" if drift else ""}">{text}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    problems = [
+        f"<li><b>{e(h.name)}</b> <code>{e(c['id'])}</code> {e(c['status'])}: {e(c['summary'])}"
+        + (f"<br><i>Fix:</i> {e(c['hint'])}" if c["hint"] else "")
+        + "</li>"
+        for h in hosts
+        for c in h.failures()
+    ]
+    ok = sum(h.exit_code == 0 for h in hosts)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>gpuenv fleet report</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; }}
+th, td {{ border: 1px solid #adb5bd; padding: 0.3em 0.6em; text-align: center; }}
+th.host {{ text-align: left; }}
+td.drift {{ background: #f8d7da; font-weight: bold; }}
+.bad {{ color: #b02a37; font-size: 0.8em; }}
+</style></head>
+<body>
+<h1>gpuenv fleet report</h1>
+<p id="summary">{ok} of {len(hosts)} hosts passed every check. Colours: green pass, yellow warning, red failure,
+grey skipped (could not run on that host, e.g. no GPU).</p>
+<table id="fleet"><tr><th>host</th>{head}</tr>
+{"".join(rows)}
+</table>
+<h2>Failures and warnings</h2>
+<ul id="problems">{"".join(problems) or "<li>none</li>"}</ul>
+</body></html>
+"""

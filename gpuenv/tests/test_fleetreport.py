@@ -1,0 +1,56 @@
+"""`gpuenv report`: the fleet table from verify reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuenv import fleetreport, verify
+
+
+def _write(directory: Path, host: str, checks: list[verify.Check]) -> None:
+    (directory / f"{host}.json").write_text(json.dumps(verify.to_json(checks, host), default=str))
+
+
+def test_rows_groups_versions_drift_and_hints(tmp_path: Path) -> None:
+    hint = "unset LD_LIBRARY_PATH"
+    _write(
+        tmp_path,
+        "sb1",
+        [
+            verify.Check("torch.build", "pass", "ok", {"torch": "2.5.1+cu124", "cuda": "12.4"}, {"torch": "2.5.1"}),
+            verify.Check("cudnn.version", "pass", "ok", 90100, 90100),
+            verify.Check("driver.kernel", "skip", "skipped, no GPU", "no module"),
+        ],
+    )
+    _write(
+        tmp_path,
+        "sb2",
+        [
+            verify.Check("torch.build", "pass", "ok", {"torch": "2.5.1+cu124", "cuda": "12.4"}, {"torch": "2.5.1"}),
+            verify.Check("cudnn.version", "fail", "cuDNN 90800, not 9.1.0.70", 90800, 90100, hint=hint),
+            verify.Check("cudnn.loaded_library", "warn", "a system cuDNN is loaded", ["/usr/local/cuda/lib64/x"]),
+        ],
+    )
+    hosts = fleetreport.load(tmp_path)
+    md = fleetreport.markdown(hosts)
+    rows = [line for line in md.splitlines() if line.startswith("| sb")]
+    assert rows[0].startswith("| sb1 | skip | ok | - | ok |")
+    assert rows[1].startswith("| sb2 **FAILED** | - | ok | - | FAIL |")  # the cudnn group's worst is the failure
+    assert "**90800 (declared 90100)**" in rows[1]  # drift marked
+    assert "- sb2 `cudnn.version` fail: cuDNN 90800, not 9.1.0.70. Fix: unset LD_LIBRARY_PATH" in md
+    assert "1 of 2 hosts passed every check" in md
+    page = fleetreport.html_page(hosts)
+    assert page.count("<tr>") == 3
+    assert 'class="drift"' in page
+    assert "unset LD_LIBRARY_PATH" in page
+
+
+def test_an_empty_or_foreign_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(fleetreport.ReportError, match="no gpuenv verify reports"):
+        fleetreport.load(tmp_path)
+    (tmp_path / "x.json").write_text('{"schema_version": 7}')
+    with pytest.raises(fleetreport.ReportError, match="schema_version 7"):
+        fleetreport.load(tmp_path)

@@ -1,0 +1,184 @@
+"""gpuenv verify's checks that need no torch and no GPU, on saved real output and on a stand-in
+/proc and /sys tree; its reports. The torch checks run in the sandbox's environments."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from gpuenv import verify
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize(
+    ("cc", "arch", "ok"),
+    [
+        ("8.6", ["sm_80", "sm_90"], True),  # SASS 8.0 runs on 8.6 (same major, lower minor)
+        ("8.0", ["sm_86"], False),  # but not the other way round
+        ("12.0", ["sm_80", "sm_90", "compute_90"], True),  # PTX 9.0 is JIT-compiled for 12.0
+        ("12.0", ["sm_50", "sm_90"], False),  # "no kernel image is available for execution on the device"
+        ("6.1", ["sm_70", "compute_70"], False),  # PTX only runs at or above its own CC
+        ("10.0", ["sm_100a"], True),  # architecture-specific SASS for exactly that CC
+        ("10.3", ["sm_100a"], False),  # ... and not for a later minor
+        ("10.3", ["sm_100f"], True),  # family-specific SASS covers the family
+    ],
+)
+def test_arch_coverage_follows_nvidias_binary_compatibility(cc: str, arch: list[str], ok: bool) -> None:
+    assert verify.covered(cc, arch)[0] is ok
+
+
+def test_cudnn_int_is_what_torch_reports() -> None:
+    assert verify.cudnn_int("9.1.0.70") == 90100
+    assert verify.cudnn_int("9.20.0.48") == 92000  # 2.13.0+cu130 reports 92000 (molecule/pytorch_env)
+    assert verify.cudnn_int("8.9.7.29") == 8907
+
+
+def test_libcudnn_paths_from_proc_maps() -> None:
+    maps = (
+        "7f00-7f10 r--p 00000000 08:01 1 /opt/gpuenv/envs/default/lib/python3.11/site-packages/nvidia/cudnn/lib/"
+        "libcudnn.so.9\n"
+        "7f10-7f20 r-xp 00010000 08:01 1 /opt/gpuenv/envs/default/lib/python3.11/site-packages/nvidia/cudnn/lib/"
+        "libcudnn.so.9\n"
+        "7f20-7f30 r--p 00000000 08:01 2 /usr/local/cuda-12.4/lib64/libcudnn_graph.so.9.1.0\n"
+        "7f30-7f40 rw-p 00000000 00:00 0 \n"
+    )
+    assert verify.libcudnn_paths(maps) == [
+        "/opt/gpuenv/envs/default/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9",
+        "/usr/local/cuda-12.4/lib64/libcudnn_graph.so.9.1.0",
+    ]
+
+
+def _proc(tmp_path: Path, driver: str | None = None, modules: str = "") -> verify.Context:
+    proc = tmp_path / "proc"
+    (proc / "driver/nvidia").mkdir(parents=True)
+    if driver:
+        (proc / "driver/nvidia/version").write_text((DATA / driver).read_text())
+    (proc / "modules").write_text(modules)
+    return verify.Context(proc=proc, sys_root=tmp_path / "sys")
+
+
+def test_kernel_driver_from_a_saved_proc_file(tmp_path: Path) -> None:
+    ctx = _proc(tmp_path, "proc-driver-nvidia-version-open-580.txt")
+    check = verify.check_driver_kernel(ctx)
+    assert (check.status, check.observed) == ("pass", "580.95.05")
+
+
+def test_no_driver_is_a_skip_with_its_reason_or_a_failure_when_a_gpu_is_required(tmp_path: Path) -> None:
+    ctx = _proc(tmp_path)
+    skipped = verify.check_driver_kernel(ctx)
+    assert skipped.status == "skip"
+    assert "no NVIDIA kernel module is loaded" in skipped.summary
+    ctx.require_gpu = True
+    failed = verify.check_driver_kernel(ctx)
+    assert failed.status == "fail"
+    assert failed.hint is not None
+
+
+def test_a_driver_library_mismatch_fails_with_the_fix(tmp_path: Path) -> None:
+    ctx = _proc(tmp_path)
+    ctx.driver_kernel, ctx.driver_user = "550.163.01", "580.95.05"
+    check = verify.check_driver_match(ctx)
+    assert check.status == "fail"
+    assert "Driver/library version mismatch" in (check.hint or "")
+    ctx.driver_user = "550.163.01"
+    assert verify.check_driver_match(ctx).status == "pass"
+
+
+def test_driver_minimum(tmp_path: Path) -> None:
+    ctx = _proc(tmp_path)
+    ctx.expect = {"torch_min_driver": "525.60.13"}
+    ctx.driver_user = "535.309.01"
+    assert verify.check_driver_minimum(ctx).status == "pass"
+    ctx.driver_user = "470.256.02"
+    assert verify.check_driver_minimum(ctx).status == "fail"
+
+
+def test_nouveau_and_secure_boot(tmp_path: Path) -> None:
+    ctx = _proc(tmp_path, modules="nouveau 2654208 0 - Live 0x0\n")
+    assert verify.check_nouveau(ctx).status == "fail"
+    ctx = _proc(tmp_path / "b", modules="nvidia 1 0 - Live 0x0\n")
+    assert verify.check_nouveau(ctx).status == "pass"
+    efivars = tmp_path / "b/sys/firmware/efi/efivars"
+    efivars.mkdir(parents=True)
+    (efivars / "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c").write_bytes(b"\x06\x00\x00\x00\x00")
+    assert verify.check_secure_boot(ctx).observed == "off"
+
+
+def test_cuda_tree_from_a_real_ptxas_and_header(tmp_path: Path) -> None:
+    home = tmp_path / "cuda"
+    (home / "bin").mkdir(parents=True)
+    (home / "include").mkdir()
+    ptxas = home / "bin/ptxas"
+    ptxas.write_text("#!/bin/sh\ncat " + str(DATA / "ptxas-version-12.4.131.txt") + "\n")
+    ptxas.chmod(0o755)
+    (home / "include/cudnn_version.h").write_text((DATA / "cudnn_version-9.1.0.70.h").read_text())
+    ctx = verify.Context(cuda_home=home, expect={"cuda": "12.4.1", "cudnn": "9.1.0.70"})
+    assert [(c.id, c.status) for c in verify.check_cuda_tree(ctx)] == [
+        ("cuda_tree.toolkit", "pass"),
+        ("cuda_tree.cudnn", "pass"),
+    ]
+    ctx.expect = {"cuda": "12.1.1", "cudnn": "9.2.0.82"}
+    assert [c.status for c in verify.check_cuda_tree(ctx)] == ["fail", "fail"]
+
+
+def test_reports() -> None:
+    checks = [
+        verify.Check("driver.kernel", "skip", "skipped, no GPU"),
+        verify.Check("torch.build", "pass", "torch 2.13.0+cpu", observed={"torch": "2.13.0+cpu"}),
+        verify.Check("cudnn.version", "fail", "cuDNN 90100, not 9.20.0.48", observed=90100, expected=92000, hint="x"),
+    ]
+    report = verify.to_json(checks, "sb1")
+    assert report["schema_version"] == 1
+    assert report["exit_code"] == 1
+    assert report["counts"] == {"pass": 1, "fail": 1, "warn": 0, "skip": 1}
+    json.dumps(report)
+    suite = ET.fromstring(verify.to_junit(checks, "sb1"))  # noqa: S314 - XML this test just made
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
+    prom = verify.to_prometheus(checks, "sb1")
+    assert 'gpuenv_verify_check{host="sb1",check="cudnn.version",status="fail"} 1' in prom
+    assert 'gpuenv_verify_exit_code{host="sb1"} 1' in prom
+
+
+def test_without_torch_verify_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("yaml")  # the controller's venv, which has no torch
+    try:
+        import torch  # type: ignore[import-not-found,unused-ignore]  # noqa: F401, PLC0415
+    except ImportError:
+        assert verify.main(["--no-distributed"]) == 2
+        assert "cannot import torch" in capsys.readouterr().err
+    else:
+        pytest.skip("torch is importable here; the exit-2 path needs a Python without torch")
+
+
+def test_the_resolved_stack_carries_what_verify_compares() -> None:
+    from gpuenv import compat, rules, stack  # noqa: PLC0415 - the controller's side of the contract
+
+    data = compat.load()
+    resolved = rules.check(stack.parse_stack({"profile": "torch-2.5-cu124"}, data), data).resolved
+    assert {k: resolved[k] for k in ("torch", "torch_cuda", "torch_cudnn", "torch_min_driver", "cuda", "cudnn")} == {
+        "torch": "2.5.1",
+        "torch_cuda": "12.4",
+        "torch_cudnn": "9.1.0.70",
+        "torch_min_driver": "525.60.13",
+        "cuda": "12.4.1",
+        "cudnn": "9.1.0.70",
+    }
+
+
+def test_the_json_report_matches_its_versioned_schema() -> None:
+    import jsonschema  # noqa: PLC0415 - a controller-side test dependency
+
+    schema = json.loads((Path(verify.__file__).parent / "data/verify.schema.json").read_text())
+    checks = [
+        verify.Check("driver.kernel", "skip", "skipped"),
+        verify.Check("cudnn.version", "fail", "x", observed=90100, expected=92000, hint="fix it", seconds=0.5),
+    ]
+    report = json.loads(json.dumps(verify.to_json(checks, "sb1"), default=str))
+    jsonschema.validate(report, schema)
+    report["checks"][0]["status"] = "ok"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(report, schema)

@@ -1,0 +1,744 @@
+"""gpuenv verify: prove on a host that the declared stack is the one that loads and runs.
+
+This file needs nothing beyond the standard library and torch (nvidia-ml-py is used when
+present), so that a host runs it with its environment's own Python:
+
+    /opt/gpuenv/envs/default/bin/python verify.py --stack /etc/gpuenv/stack.json
+
+`gpuenv verify` on the controller is the same code. --stack takes the resolved stack the preflight
+published (gpu_stack_resolved: torch, torch_cuda, torch_cudnn, torch_min_driver, cuda, cudnn),
+which the controller worked out from the compatibility data, so this file carries no data of its
+own.
+
+Exit 0: every check passed (warnings allowed); 1: a check failed; 2: verify could not run.
+Every check has a stable id, a status (pass, fail, warn, skip), what it observed, what it expected,
+and a fix hint when it fails. No check passes without having observed what it claims.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+NO_GPU = "no CUDA device visible to torch (no GPU, or no driver loaded)"
+
+
+@dataclass
+class Check:
+    id: str
+    status: str
+    summary: str
+    observed: Any = None
+    expected: Any = None
+    hint: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Context:
+    """What the checks share: the expectations, the host's paths, and the GPU requirement."""
+
+    expect: dict[str, Any] = field(default_factory=dict)
+    require_gpu: bool = False
+    proc: Path = Path("/proc")
+    sys_root: Path = Path("/sys")
+    cuda_home: Path = Path("/usr/local/cuda")
+    torch: Any = None
+    driver_kernel: str | None = None
+    driver_user: str | None = None
+
+    def gpu_skip(self, check_id: str, summary: str, reason: str = NO_GPU) -> Check:
+        """A GPU check that cannot run: skip with the reason, or fail under --require-gpu."""
+        if self.require_gpu:
+            return Check(check_id, FAIL, summary, observed=reason, expected="a GPU (--require-gpu)", hint=_GPU_HINT)
+        return Check(check_id, SKIP, f"{summary}: skipped, {reason}", observed=reason)
+
+
+_GPU_HINT = (
+    "check that the host has an NVIDIA GPU (lspci | grep -i nvidia), that the driver is loaded "
+    "(cat /proc/driver/nvidia/version) and that nvidia-smi lists the GPU"
+)
+
+
+# --- parsing (pure; tested on saved output) ----------------------------------------------------------
+_PROC_VERSION = re.compile(r"NVRM version: NVIDIA UNIX (?P<kind>.*?)\s+(?P<version>\d+\.\d+(?:\.\d+)?)\s")
+
+
+def parse_proc_driver(text: str) -> str | None:
+    match = _PROC_VERSION.search(text)
+    return match.group("version") if match else None
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text))
+
+
+def covered(cc: str, arch_list: list[str]) -> tuple[bool, str]:
+    """Whether a GPU of compute capability `cc` ("8.6") runs a build with `arch_list`
+    (torch.cuda.get_arch_list(): "sm_80", "compute_90"), under NVIDIA's binary compatibility:
+    SASS sm_XY runs on the same major with minor >= Y; PTX compute_XY is JIT-compiled for any
+    GPU of CC >= X.Y. "Architecture-specific" sm_XYa/sm_XYf builds run only on that major."""
+    major, minor = (int(p) for p in cc.split(".")[:2])
+    sass, ptx = [], []
+    for arch in arch_list:
+        m = re.fullmatch(r"(sm|compute)_(\d+?)(\d)([af]?)", arch)
+        if not m:
+            continue
+        kind, amaj, amin, suffix = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
+        if kind == "sm":
+            if amaj == major and amin <= minor and (not suffix or amin == minor or suffix == "f"):
+                sass.append(arch)
+        elif (amaj, amin) <= (major, minor) and not suffix:
+            ptx.append(arch)
+    if sass:
+        return True, f"SASS {', '.join(sass)}"
+    if ptx:
+        return True, f"PTX {', '.join(ptx)} (JIT-compiled at first use)"
+    return False, "no SASS for this major and no PTX at or below it"
+
+
+def cudnn_int(version: str) -> int:
+    """9.1.0(.70) -> 90100, as torch.backends.cudnn.version() reports cuDNN 9 (8.9.7 -> 8907)."""
+    parts = [int(p) for p in version.split(".")[:3]]
+    major, minor, patch = [*parts, 0, 0][:3]
+    return major * 10000 + minor * 100 + patch if major >= 9 else major * 1000 + minor * 100 + patch
+
+
+def libcudnn_paths(maps: str) -> list[str]:
+    """The libcudnn files a process mapped, from /proc/<pid>/maps."""
+    seen: list[str] = []
+    for line in maps.splitlines():
+        path = line.split(None, 5)[-1] if len(line.split(None, 5)) == 6 else ""
+        if re.search(r"/libcudnn[^/]*\.so", path) and path not in seen:
+            seen.append(path)
+    return seen
+
+
+def _cc(capability: tuple[int, int]) -> str:
+    return f"{capability[0]}.{capability[1]}"
+
+
+def _run(argv: list[str], timeout: int = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """A tool of the host's (nvidia-smi, modinfo, ptxas, torchrun), found on PATH as a user runs it."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env)  # noqa: S603
+
+
+# --- checks -------------------------------------------------------------------------------------------
+def check_driver_kernel(ctx: Context) -> Check:
+    path = ctx.proc / "driver/nvidia/version"
+    if not path.exists():
+        return ctx.gpu_skip("driver.kernel", "NVIDIA kernel module", f"no {path}: no NVIDIA kernel module is loaded")
+    ctx.driver_kernel = parse_proc_driver(path.read_text())
+    if ctx.driver_kernel is None:
+        return Check(
+            "driver.kernel",
+            FAIL,
+            "NVIDIA kernel module",
+            observed=path.read_text()[:200],
+            hint=f"{path} has no NVRM version line; reload the module (modprobe nvidia) or reboot",
+        )
+    return Check("driver.kernel", PASS, f"kernel module {ctx.driver_kernel} loaded", observed=ctx.driver_kernel)
+
+
+def check_driver_user(ctx: Context) -> Check:
+    version, source = _nvml_driver()
+    if version is None and shutil.which("nvidia-smi"):
+        run = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout=60)
+        if run.returncode == 0 and run.stdout.strip():
+            version, source = run.stdout.strip().splitlines()[0].strip(), "nvidia-smi"
+        else:
+            text = (run.stdout + run.stderr).strip()
+            if "mismatch" in text.lower():
+                return Check(
+                    "driver.userspace",
+                    FAIL,
+                    "user-space driver",
+                    observed=text[:300],
+                    hint="Driver/library version mismatch: the loaded module is older or newer than the "
+                    "installed libraries; reboot, or unload and reload the nvidia modules",
+                )
+    if version is None:
+        return ctx.gpu_skip("driver.userspace", "user-space driver", "neither NVML nor nvidia-smi answers")
+    ctx.driver_user = version
+    return Check("driver.userspace", PASS, f"user-space driver {version} ({source})", observed=version)
+
+
+def _nvml_driver() -> tuple[str | None, str]:
+    try:
+        import pynvml  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 - optional (nvidia-ml-py)
+    except ImportError:
+        return None, ""
+    try:
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        pynvml.nvmlShutdown()
+    except Exception:
+        return None, ""
+    return (version.decode() if isinstance(version, bytes) else str(version)), "NVML"
+
+
+def check_driver_match(ctx: Context) -> Check:
+    if ctx.driver_kernel is None or ctx.driver_user is None:
+        return ctx.gpu_skip(
+            "driver.match",
+            "kernel module and user space agree",
+            "the kernel module or the user-space driver was not observed",
+        )
+    if ctx.driver_kernel == ctx.driver_user:
+        return Check(
+            "driver.match",
+            PASS,
+            f"kernel module and user space are both {ctx.driver_user}",
+            observed=ctx.driver_kernel,
+            expected=ctx.driver_user,
+        )
+    return Check(
+        "driver.match",
+        FAIL,
+        "kernel module and user space differ",
+        observed=ctx.driver_kernel,
+        expected=ctx.driver_user,
+        hint='this is "Failed to initialize NVML: Driver/library version mismatch": reboot, or stop '
+        "GPU processes and reload the nvidia modules",
+    )
+
+
+def check_driver_minimum(ctx: Context) -> Check:
+    need = ctx.expect.get("torch_min_driver")
+    have = ctx.driver_user or ctx.driver_kernel
+    if need is None:
+        return Check("driver.cuda_minimum", SKIP, "driver new enough: skipped, no expectations file gives the minimum")
+    if have is None:
+        return ctx.gpu_skip("driver.cuda_minimum", f"driver >= {need}", "no driver was observed")
+    if version_tuple(have) >= version_tuple(need):
+        return Check("driver.cuda_minimum", PASS, f"driver {have} >= {need}", observed=have, expected=f">= {need}")
+    return Check(
+        "driver.cuda_minimum",
+        FAIL,
+        f"driver {have} is older than {need}",
+        observed=have,
+        expected=f">= {need}",
+        hint=f"install driver {need} or newer (gpu_stack.driver), or a torch build for an older CUDA",
+    )
+
+
+def check_torch_version(ctx: Context) -> Check:
+    t = ctx.torch
+    observed = {"torch": t.__version__, "cuda": t.version.cuda}
+    want_torch, want_cuda = ctx.expect.get("torch"), ctx.expect.get("torch_cuda", "unset")
+    if want_torch is None:
+        return Check(
+            "torch.build",
+            PASS,
+            f"torch {t.__version__} (CUDA {t.version.cuda}) imports; no stack to compare",
+            observed=observed,
+        )
+    ok = t.__version__.split("+")[0] == want_torch and want_cuda in ("unset", t.version.cuda)
+    expected = {"torch": want_torch, "cuda": want_cuda}
+    if ok:
+        return Check(
+            "torch.build",
+            PASS,
+            f"torch {t.__version__} (CUDA {t.version.cuda}) as declared",
+            observed=observed,
+            expected=expected,
+        )
+    return Check(
+        "torch.build",
+        FAIL,
+        f"torch {t.__version__} (CUDA {t.version.cuda}) is not the declared build",
+        observed=observed,
+        expected=expected,
+        hint="rebuild the environment (pytorch_env) or activate the one gpuenv built",
+    )
+
+
+def check_cuda_available(ctx: Context) -> Check:
+    t = ctx.torch
+    if t.version.cuda is None:
+        return ctx.gpu_skip("torch.cuda_available", "torch sees CUDA", "this torch is a CPU build")
+    if not t.cuda.is_available():
+        return ctx.gpu_skip("torch.cuda_available", "torch sees CUDA")
+    count = t.cuda.device_count()
+    devices = [
+        {"index": i, "name": t.cuda.get_device_name(i), "cc": _cc(t.cuda.get_device_capability(i))}
+        for i in range(count)
+    ]
+    return Check("torch.cuda_available", PASS, f"{count} CUDA device(s)", observed=devices)
+
+
+def check_arch_coverage(ctx: Context) -> Check:
+    t = ctx.torch
+    arch_list = list(t.cuda.get_arch_list()) if t.version.cuda else []
+    if not arch_list:
+        return Check("gpu.arch_coverage", SKIP, "kernel images: skipped, this torch carries no CUDA kernels")
+    if not t.cuda.is_available():
+        return ctx.gpu_skip("gpu.arch_coverage", f"kernel images for the GPUs (build has {' '.join(arch_list)})")
+    missing, how = [], []
+    for i in range(t.cuda.device_count()):
+        cc = _cc(t.cuda.get_device_capability(i))
+        ok, why = covered(cc, arch_list)
+        how.append(f"GPU {i} (CC {cc}): {why}")
+        if not ok:
+            missing.append(cc)
+    if missing:
+        return Check(
+            "gpu.arch_coverage",
+            FAIL,
+            f"no kernel image for CC {', '.join(missing)}",
+            observed=how,
+            expected=arch_list,
+            hint='"no kernel image is available for execution on the device": use a '
+            "torch build whose arch list covers these GPUs (gpuenv check-spec --gpu names one)",
+        )
+    return Check("gpu.arch_coverage", PASS, "every GPU has a kernel image", observed=how, expected=arch_list)
+
+
+def check_cudnn(ctx: Context) -> Check:
+    t = ctx.torch
+    if t.version.cuda is None:
+        return Check("cudnn.version", SKIP, "cuDNN: skipped, this torch is a CPU build")
+    observed = t.backends.cudnn.version()
+    enabled = bool(t.backends.cudnn.enabled)
+    want = ctx.expect.get("torch_cudnn")
+    if observed is None:
+        return Check(
+            "cudnn.version",
+            FAIL,
+            "torch loads no cuDNN",
+            observed=None,
+            expected=want,
+            hint="torch's cuDNN wheel (nvidia-cudnn-cu*) is missing or unloadable; rebuild the environment",
+        )
+    if want is None:
+        return Check(
+            "cudnn.version", PASS, f"cuDNN {observed} (enabled: {enabled}); no stack to compare", observed=observed
+        )
+    if observed == cudnn_int(want) and enabled:
+        return Check(
+            "cudnn.version",
+            PASS,
+            f"cuDNN {observed}, as torch's build ships ({want})",
+            observed=observed,
+            expected=cudnn_int(want),
+        )
+    return Check(
+        "cudnn.version",
+        FAIL,
+        f"cuDNN {observed} (enabled: {enabled}), not {want}",
+        observed=observed,
+        expected=cudnn_int(want),
+        hint="another cuDNN was loaded first: look for LD_LIBRARY_PATH, and at cudnn.loaded_library",
+    )
+
+
+def check_cudnn_library(ctx: Context) -> Check:
+    t = ctx.torch
+    if t.version.cuda is None:
+        return Check("cudnn.loaded_library", SKIP, "loaded libcudnn: skipped, this torch is a CPU build")
+    maps = (ctx.proc / "self/maps").read_text() if (ctx.proc / "self/maps").exists() else ""
+    paths = libcudnn_paths(maps)
+    if not paths:
+        return Check(
+            "cudnn.loaded_library", SKIP, "loaded libcudnn: skipped, torch has not mapped libcudnn yet", observed=[]
+        )
+    torch_dir = Path(t.__file__).resolve().parent.parent
+    foreign = [p for p in paths if not p.startswith(str(torch_dir))]
+    if foreign:
+        return Check(
+            "cudnn.loaded_library",
+            WARN,
+            "a cuDNN outside torch's environment is loaded",
+            observed=paths,
+            expected=f"under {torch_dir}",
+            hint="a system cuDNN shadows torch's own: unset LD_LIBRARY_PATH (or remove the CUDA tree from it)",
+        )
+    return Check("cudnn.loaded_library", PASS, f"libcudnn from torch's environment ({paths[0]})", observed=paths)
+
+
+def check_cuda_tree(ctx: Context) -> list[Check]:
+    out = []
+    want_cuda, want_cudnn = ctx.expect.get("cuda"), ctx.expect.get("cudnn")
+    ptxas = ctx.cuda_home / "bin/ptxas"
+    if want_cuda is None:
+        out.append(Check("cuda_tree.toolkit", SKIP, "CUDA toolkit: skipped, the stack declares none"))
+    elif not ptxas.exists():
+        out.append(
+            Check(
+                "cuda_tree.toolkit",
+                FAIL,
+                f"no {ptxas}",
+                expected=want_cuda,
+                hint="run the cuda_toolkit role, or check that /usr/local/cuda points at a toolkit",
+            )
+        )
+    else:
+        text = _run([str(ptxas), "--version"]).stdout
+        m = re.search(r"release (\d+\.\d+), V(\S+)", text)
+        release = m.group(1) if m else None
+        want_xy = ".".join(str(want_cuda).split(".")[:2])
+        out.append(
+            Check(
+                "cuda_tree.toolkit",
+                PASS if release == want_xy else FAIL,
+                f"{ctx.cuda_home} is CUDA {release}",
+                observed=release,
+                expected=want_xy,
+                hint=None if release == want_xy else "cuda_toolkit_default selects /usr/local/cuda",
+            )
+        )
+    header = ctx.cuda_home / "include/cudnn_version.h"
+    if want_cudnn in (None, "none"):
+        out.append(Check("cuda_tree.cudnn", SKIP, "system cuDNN: skipped, the stack declares none"))
+    elif not header.exists():
+        out.append(Check("cuda_tree.cudnn", FAIL, f"no {header}", expected=want_cudnn, hint="run the cudnn role"))
+    else:
+        values = dict(re.findall(r"#define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)", header.read_text()))
+        found = ".".join(values.get(k, "?") for k in ("MAJOR", "MINOR", "PATCHLEVEL"))
+        want = ".".join(str(want_cudnn).split(".")[:3])
+        out.append(
+            Check(
+                "cuda_tree.cudnn",
+                PASS if found == want else FAIL,
+                f"{header} says cuDNN {found}",
+                observed=found,
+                expected=want,
+                hint=None if found == want else "run the cudnn role",
+            )
+        )
+    return out
+
+
+def check_nouveau(ctx: Context) -> Check:
+    modules = (ctx.proc / "modules").read_text() if (ctx.proc / "modules").exists() else ""
+    loaded = any(line.split()[0] == "nouveau" for line in modules.splitlines() if line.strip())
+    if loaded:
+        return Check(
+            "host.nouveau",
+            FAIL,
+            "nouveau is loaded",
+            observed=True,
+            expected=False,
+            hint="blacklist nouveau (the nvidia_driver role does), rebuild the initramfs and reboot",
+        )
+    return Check("host.nouveau", PASS, "nouveau is not loaded", observed=False, expected=False)
+
+
+def check_secure_boot(ctx: Context) -> Check:
+    efivars = ctx.sys_root / "firmware/efi/efivars"
+    found = sorted(efivars.glob("SecureBoot-*")) if efivars.is_dir() else []
+    if not found:
+        return Check("host.secure_boot", PASS, "no UEFI Secure Boot variable: unsigned modules load", observed="absent")
+    on = len(found[0].read_bytes()) >= 5 and found[0].read_bytes()[4] == 1
+    if not on:
+        return Check("host.secure_boot", PASS, "Secure Boot is off", observed="off")
+    signer = _module_signer()
+    if signer:
+        return Check(
+            "host.secure_boot",
+            PASS,
+            f"Secure Boot is on; the nvidia module is signed by {signer}",
+            observed={"secure_boot": "on", "signer": signer},
+        )
+    return Check(
+        "host.secure_boot",
+        WARN,
+        "Secure Boot is on and the nvidia module shows no signature",
+        observed={"secure_boot": "on", "signer": None},
+        hint="sign the module with an enrolled MOK (nvidia_driver_secure_boot: sign)",
+    )
+
+
+def _module_signer() -> str | None:
+    if not shutil.which("modinfo"):
+        return None
+    for name in ("nvidia", "nvidia-current", "nvidia-current-open"):
+        run = _run(["modinfo", "-F", "signer", name])
+        if run.returncode == 0 and run.stdout.strip():
+            return run.stdout.strip()
+    return None
+
+
+def check_gpu_compute(ctx: Context) -> list[Check]:
+    """Convolution forward and backward through cuDNN, a matmul with its TFLOP/s, autocast with a
+    GradScaler step, and a few training steps of a small CNN whose loss must go down."""
+    t = ctx.torch
+    ids = ["gpu.conv_cudnn", "gpu.matmul", "gpu.autocast", "gpu.train_cnn"]
+    if t.version.cuda is None or not t.cuda.is_available():
+        return [ctx.gpu_skip(i, i.split(".")[1].replace("_", " ")) for i in ids]
+    dev = t.device("cuda")
+    out = []
+    out.append(_timed("gpu.conv_cudnn", lambda: _conv(t, dev)))
+    out.append(_timed("gpu.matmul", lambda: _matmul(t, dev)))
+    out.append(_timed("gpu.autocast", lambda: _autocast(t, dev)))
+    out.append(_timed("gpu.train_cnn", lambda: _train(t, dev)))
+    return out
+
+
+def _timed(check_id: str, fn: Callable[[], Check]) -> Check:
+    start = time.perf_counter()
+    try:
+        result = fn()
+    except Exception as exc:
+        result = Check(
+            check_id,
+            FAIL,
+            f"{check_id} raised {type(exc).__name__}",
+            observed=str(exc)[:500],
+            hint="see the message: an error here on a GPU host is what training jobs would hit",
+        )
+    result.seconds = round(time.perf_counter() - start, 3)
+    return result
+
+
+def _conv(t: Any, dev: Any) -> Check:
+    x = t.randn(8, 3, 64, 64, device=dev, requires_grad=True)
+    conv = t.nn.Conv2d(3, 16, 3, padding=1).to(dev)
+    y = conv(x)
+    y.sum().backward()
+    t.cuda.synchronize()
+    ok = x.grad is not None and bool(t.isfinite(x.grad).all())
+    return Check(
+        "gpu.conv_cudnn",
+        PASS if ok else FAIL,
+        "convolution forward and backward",
+        observed=list(y.shape),
+        hint=None if ok else "the gradient is not finite",
+    )
+
+
+def _matmul(t: Any, dev: Any) -> Check:
+    n = 4096
+    a, b = t.randn(n, n, device=dev), t.randn(n, n, device=dev)
+    a @ b
+    t.cuda.synchronize()
+    start = time.perf_counter()
+    reps = 10
+    for _ in range(reps):
+        c = a @ b
+    t.cuda.synchronize()
+    tflops = 2 * n**3 * reps / (time.perf_counter() - start) / 1e12
+    ok = bool(t.isfinite(c).all())
+    return Check("gpu.matmul", PASS if ok else FAIL, f"fp32 matmul {tflops:.1f} TFLOP/s", observed=round(tflops, 2))
+
+
+def _autocast(t: Any, dev: Any) -> Check:
+    model = t.nn.Linear(256, 256).to(dev)
+    opt = t.optim.SGD(model.parameters(), lr=0.01)
+    scaler = t.amp.GradScaler("cuda")
+    dtypes = [t.float16] + ([t.bfloat16] if t.cuda.is_bf16_supported() else [])
+    for dtype in dtypes:
+        with t.autocast("cuda", dtype=dtype):
+            loss = model(t.randn(64, 256, device=dev)).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+    names = [str(d).replace("torch.", "") for d in dtypes]
+    return Check("gpu.autocast", PASS, f"autocast ({', '.join(names)}) with a GradScaler step", observed=names)
+
+
+def _train(t: Any, dev: Any) -> Check:
+    t.manual_seed(0)
+    model = t.nn.Sequential(
+        t.nn.Conv2d(3, 8, 3, padding=1), t.nn.ReLU(), t.nn.AdaptiveAvgPool2d(4), t.nn.Flatten(), t.nn.Linear(128, 10)
+    ).to(dev)
+    opt = t.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = t.randn(64, 3, 32, 32, device=dev), t.randint(0, 10, (64,), device=dev)
+    losses = []
+    for _ in range(20):
+        loss = t.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    ok = losses[-1] < losses[0]
+    return Check(
+        "gpu.train_cnn",
+        PASS if ok else FAIL,
+        f"small CNN loss {losses[0]:.3f} -> {losses[-1]:.3f}",
+        observed=[round(losses[0], 4), round(losses[-1], 4)],
+        expected="loss goes down",
+        hint=None if ok else "training does not converge on synthetic data: numerics are broken",
+    )
+
+
+def check_distributed(ctx: Context, python: str) -> Check:
+    """Two processes started with torchrun, an all-reduce over gloo (NCCL on GPU hosts)."""
+    backend = "nccl" if ctx.torch.version.cuda and ctx.torch.cuda.is_available() else "gloo"
+    on_gpu = backend == "nccl"
+    device = ", device='cuda'" if on_gpu else ""
+    script = (
+        "import torch, torch.distributed as dist\n"
+        f"dist.init_process_group('{backend}')\n"
+        "r = dist.get_rank()\n"
+        + ("torch.cuda.set_device(r % torch.cuda.device_count())\n" if on_gpu else "")
+        + f"x = torch.ones(4{device}) * (r + 1)\n"
+        "dist.all_reduce(x)\n"
+        "assert x.tolist() == [3.0] * 4, x\n"
+        "dist.destroy_process_group()\n"
+    )
+    path = _script_file(script)
+    start = time.perf_counter()
+    try:
+        run = _run(
+            [python, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone", path],
+            timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+    finally:
+        Path(path).unlink(missing_ok=True)
+    seconds = round(time.perf_counter() - start, 3)
+    if run.returncode == 0:
+        return Check(
+            "dist.all_reduce",
+            PASS,
+            f"torchrun, 2 processes, all-reduce over {backend}",
+            observed=backend,
+            seconds=seconds,
+        )
+    return Check(
+        "dist.all_reduce",
+        FAIL,
+        f"all-reduce over {backend} failed",
+        observed=run.stderr[-800:],
+        hint="torch.distributed does not work in this environment; see the message",
+        seconds=seconds,
+    )
+
+
+def _script_file(text: str) -> str:
+    import tempfile  # noqa: PLC0415 - only this check writes a file
+
+    handle = tempfile.NamedTemporaryFile("w", suffix="_gpuenv_allreduce.py", delete=False)  # noqa: SIM115
+    with handle:
+        handle.write(text)
+    return handle.name
+
+
+# --- running and reporting ---------------------------------------------------------------------------
+def run_checks(ctx: Context, *, distributed: bool = True, python: str = sys.executable) -> list[Check]:
+    checks = [check_driver_kernel(ctx), check_driver_user(ctx)]
+    checks += [check_driver_match(ctx), check_driver_minimum(ctx)]
+    checks += [check_torch_version(ctx), check_cuda_available(ctx), check_arch_coverage(ctx)]
+    checks += [check_cudnn(ctx), check_cudnn_library(ctx)]
+    checks += check_cuda_tree(ctx)
+    checks += [check_nouveau(ctx), check_secure_boot(ctx)]
+    checks += check_gpu_compute(ctx)
+    if distributed:
+        checks.append(check_distributed(ctx, python))
+    return checks
+
+
+def exit_code(checks: list[Check]) -> int:
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+def to_json(checks: list[Check], host: str) -> dict[str, Any]:
+    counts = {s: sum(c.status == s for c in checks) for s in (PASS, FAIL, WARN, SKIP)}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "host": host,
+        "exit_code": exit_code(checks),
+        "counts": counts,
+        "checks": [asdict(c) for c in checks],
+    }
+
+
+def to_junit(checks: list[Check], host: str) -> str:
+    suite = ET.Element(
+        "testsuite",
+        name=f"gpuenv verify {host}",
+        tests=str(len(checks)),
+        failures=str(sum(c.status == FAIL for c in checks)),
+        skipped=str(sum(c.status == SKIP for c in checks)),
+    )
+    for c in checks:
+        case = ET.SubElement(suite, "testcase", classname=f"gpuenv.{host}", name=c.id, time=f"{c.seconds:.3f}")
+        if c.status == FAIL:
+            ET.SubElement(case, "failure", message=c.summary).text = json.dumps(
+                {"observed": c.observed, "expected": c.expected, "hint": c.hint}, default=str
+            )
+        elif c.status == SKIP:
+            ET.SubElement(case, "skipped", message=c.summary)
+        elif c.status == WARN:
+            ET.SubElement(case, "system-out").text = f"warning: {c.summary}; {c.hint or ''}"
+    return ET.tostring(suite, encoding="unicode")
+
+
+def to_prometheus(checks: list[Check], host: str) -> str:
+    """node_exporter textfile collector format: one gauge per check and status."""
+    lines = [
+        "# HELP gpuenv_verify_check 1 for the status each gpuenv verify check reported.",
+        "# TYPE gpuenv_verify_check gauge",
+    ]
+    for c in checks:
+        for status in (PASS, FAIL, WARN, SKIP):
+            lines.append(
+                f'gpuenv_verify_check{{host="{host}",check="{c.id}",status="{status}"}} '
+                f"{1 if c.status == status else 0}"
+            )
+    lines += [
+        "# HELP gpuenv_verify_exit_code The exit code of the last gpuenv verify run.",
+        "# TYPE gpuenv_verify_exit_code gauge",
+        f'gpuenv_verify_exit_code{{host="{host}"}} {exit_code(checks)}',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpuenv verify", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stack", help="expectations file (JSON) the controller wrote for this host")
+    parser.add_argument("--json", dest="json_out", help="write the JSON report here")
+    parser.add_argument("--junit", help="write JUnit XML here")
+    parser.add_argument("--prom", help="write Prometheus text format here (node_exporter textfile collector)")
+    parser.add_argument("--require-gpu", action="store_true", help="GPU checks fail instead of skipping")
+    parser.add_argument("--no-distributed", action="store_true", help="skip the torchrun all-reduce")
+    args = parser.parse_args(argv)
+    expect: dict[str, Any] = {}
+    if args.stack:
+        try:
+            expect = json.loads(Path(args.stack).read_text())
+        except (OSError, ValueError) as exc:
+            print(f"gpuenv verify: cannot read {args.stack}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        import torch  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 - only here: --help needs no torch
+    except Exception as exc:
+        print(
+            f"gpuenv verify: cannot import torch with {sys.executable}: {exc}. Run verify with the "
+            "environment's own Python (/opt/gpuenv/envs/<name>/bin/python).",
+            file=sys.stderr,
+        )
+        return 2
+    ctx = Context(expect=expect, require_gpu=args.require_gpu, torch=torch)
+    checks = run_checks(ctx, distributed=not args.no_distributed)
+    host = os.uname().nodename
+    report = to_json(checks, host)
+    for c in checks:
+        print(f"{c.status.upper():5} {c.id:24} {c.summary}" + (f"\n      fix: {c.hint}" if c.status == FAIL else ""))
+    print(f"{report['counts']}; exit {report['exit_code']}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if args.junit:
+        Path(args.junit).write_text(to_junit(checks, host) + "\n")
+    if args.prom:
+        Path(args.prom).write_text(to_prometheus(checks, host))
+    return int(report["exit_code"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
