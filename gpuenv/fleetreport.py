@@ -12,17 +12,26 @@ from pathlib import Path
 from typing import Any
 
 GROUPS = ["driver", "torch", "gpu", "cudnn", "cuda_tree", "host", "dist"]
+_GROUP_LABEL = {
+    "driver": "driver",
+    "torch": "torch",
+    "gpu": "GPU",
+    "cudnn": "cuDNN",
+    "cuda_tree": "CUDA tree",
+    "host": "OS",
+    "dist": "distributed",
+}
 _RANK = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
 _MARK = {"fail": "FAIL", "warn": "warn", "pass": "ok", "skip": "skip", "": "-"}
 _COLOUR = {"fail": "#f8d7da", "warn": "#fff3cd", "pass": "#d1e7dd", "skip": "#e9ecef", "": "#ffffff"}
 # The versions a row shows: (label, check id, key in observed/expected or None for the value itself).
 _VERSIONS = [
-    ("driver", "driver.userspace", None),
-    ("torch", "torch.build", "torch"),
-    ("torch CUDA", "torch.build", "cuda"),
-    ("cuDNN (torch)", "cudnn.version", None),
-    ("CUDA tree", "cuda_tree.toolkit", None),
-    ("cuDNN (tree)", "cuda_tree.cudnn", None),
+    ("driver version", "driver.userspace", None),
+    ("torch version", "torch.build", "torch"),
+    ("torch's CUDA", "torch.build", "cuda"),
+    ("torch's cuDNN", "cudnn.version", None),
+    ("toolkit", "cuda_tree.toolkit", None),
+    ("system cuDNN", "cuda_tree.cudnn", None),
 ]
 
 
@@ -74,7 +83,9 @@ def load(directory: Path) -> list[Host]:
 
 
 def markdown(hosts: list[Host]) -> str:
-    lines = ["| host | " + " | ".join(GROUPS) + " | " + " | ".join(v[0] for v in _VERSIONS) + " |"]
+    lines = [
+        "| host | " + " | ".join(_GROUP_LABEL[g] for g in GROUPS) + " | " + " | ".join(v[0] for v in _VERSIONS) + " |"
+    ]
     lines.append("|" + "---|" * (1 + len(GROUPS) + len(_VERSIONS)))
     for h in hosts:
         cells = [h.name + (" **FAILED**" if h.exit_code else "")]
@@ -97,7 +108,7 @@ def markdown(hosts: list[Host]) -> str:
 
 def html_page(hosts: list[Host]) -> str:
     e = html.escape
-    head = "".join(f"<th>{e(g)}</th>" for g in GROUPS) + "".join(f"<th>{e(v[0])}</th>" for v in _VERSIONS)
+    head = "".join(f"<th>{e(_GROUP_LABEL[g])}</th>" for g in GROUPS) + "".join(f"<th>{e(v[0])}</th>" for v in _VERSIONS)
     rows = []
     for h in hosts:
         cells = [f'<th class="host">{e(h.name)}{" <span class=bad>failed</span>" if h.exit_code else ""}</th>']

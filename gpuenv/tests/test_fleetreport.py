@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,30 @@ def test_an_empty_or_foreign_directory_is_refused(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text('{"schema_version": 7}')
     with pytest.raises(fleetreport.ReportError, match="schema_version 7"):
         fleetreport.load(tmp_path)
+
+
+@pytest.mark.browser
+def test_the_html_report_renders_in_chromium(tmp_path: Path, repo: Path) -> None:
+    """Debian's chromium, headless: the page parses into the table it should, and a screenshot of
+    it is kept in reports/screenshots/ for people to look at."""
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is missing: ./scripts/setup installs it"
+    _write(tmp_path, "sb1", [verify.Check("torch.build", "pass", "ok", {"torch": "2.5.1"}, {"torch": "2.5.1"})])
+    _write(tmp_path, "sb2", [verify.Check("cudnn.version", "fail", "cuDNN 90800, not 9.1.0.70", 90800, 90100, "x")])
+    page = tmp_path / "fleet.html"
+    page.write_text(fleetreport.html_page(fleetreport.load(tmp_path)))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,600"]
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert dom.count("<tr>") == 3
+    assert "1 of 2 hosts passed every check" in dom
+    shots = repo / "reports" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    shot = shots / "fleet-report.png"
+    shot.unlink(missing_ok=True)
+    subprocess.run(
+        [chromium, *flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=True
+    )
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 5000  # a blank page is smaller than a rendered table
