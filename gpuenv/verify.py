@@ -476,13 +476,14 @@ def check_gpu_compute(ctx: Context) -> list[Check]:
     """Convolution forward and backward through cuDNN, a matmul with its TFLOP/s, autocast with a
     GradScaler step, and a few training steps of a small CNN whose loss must go down."""
     t = ctx.torch
-    ids = ["gpu.conv_cudnn", "gpu.matmul", "gpu.autocast", "gpu.train_cnn"]
+    ids = ["gpu.conv_cudnn", "gpu.matmul", "gpu.bandwidth", "gpu.autocast", "gpu.train_cnn"]
     if t.version.cuda is None or not t.cuda.is_available():
         return [ctx.gpu_skip(i, i.split(".")[1].replace("_", " ")) for i in ids]
     dev = t.device("cuda")
     out = []
     out.append(_timed("gpu.conv_cudnn", lambda: _conv(t, dev)))
     out.append(_timed("gpu.matmul", lambda: _matmul(t, dev)))
+    out.append(_timed("gpu.bandwidth", lambda: _bandwidth(t, dev)))
     out.append(_timed("gpu.autocast", lambda: _autocast(t, dev)))
     out.append(_timed("gpu.train_cnn", lambda: _train(t, dev)))
     return out
@@ -533,6 +534,70 @@ def _matmul(t: Any, dev: Any) -> Check:
     tflops = 2 * n**3 * reps / (time.perf_counter() - start) / 1e12
     ok = bool(t.isfinite(c).all())
     return Check("gpu.matmul", PASS if ok else FAIL, f"fp32 matmul {tflops:.1f} TFLOP/s", observed=round(tflops, 2))
+
+
+def _bandwidth(t: Any, dev: Any) -> Check:
+    src = t.empty(256 * 1024 * 1024, dtype=t.uint8, device=dev)  # 256 MiB
+    dst = t.empty_like(src)
+    dst.copy_(src)
+    t.cuda.synchronize()
+    reps = 20
+    start = time.perf_counter()
+    for _ in range(reps):
+        dst.copy_(src)
+    t.cuda.synchronize()
+    gbs = 2 * src.numel() * reps / (time.perf_counter() - start) / 1e9  # read + write
+    return Check("gpu.bandwidth", PASS, f"device memory copy {gbs:.0f} GB/s", observed=round(gbs, 1))
+
+
+def check_nvml_health(ctx: Context) -> Check:
+    """ECC errors and throttling reasons from NVML (nvidia-ml-py), per GPU."""
+    try:
+        import pynvml  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 - optional (nvidia-ml-py)
+    except ImportError:
+        if ctx.require_gpu:
+            return Check(
+                "gpu.nvml_health",
+                FAIL,
+                "NVML health",
+                observed="nvidia-ml-py is not installed",
+                hint="add nvidia-ml-py to the stack's packages to read ECC and throttling",
+            )
+        return Check("gpu.nvml_health", SKIP, "ECC and throttling: skipped, nvidia-ml-py is not installed")
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return ctx.gpu_skip("gpu.nvml_health", "ECC and throttling", f"NVML does not start ({exc})")
+    findings, observed = [], []
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            try:
+                ecc = pynvml.nvmlDeviceGetTotalEccErrors(
+                    handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+                )
+            except Exception:
+                ecc = None
+            reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+            # idle (0x1) and application clocks (0x2) are normal; the rest slow the GPU down
+            slow = int(reasons) & ~0x3
+            observed.append({"gpu": i, "uncorrected_ecc": ecc, "throttle_reasons": hex(int(reasons))})
+            if ecc:
+                findings.append(f"GPU {i}: {ecc} uncorrected ECC errors")
+            if slow:
+                findings.append(f"GPU {i}: throttled (reasons {hex(slow)})")
+    finally:
+        pynvml.nvmlShutdown()
+    if findings:
+        return Check(
+            "gpu.nvml_health",
+            WARN,
+            "; ".join(findings),
+            observed=observed,
+            hint="uncorrected ECC errors: drain the host and reset or replace the GPU; throttling: check "
+            "cooling, power caps (nvidia-smi -q -d PERFORMANCE)",
+        )
+    return Check("gpu.nvml_health", PASS, "no uncorrected ECC errors, no throttling", observed=observed)
 
 
 def _autocast(t: Any, dev: Any) -> Check:
@@ -638,6 +703,10 @@ def run_checks(ctx: Context, *, distributed: bool = True, python: str = sys.exec
     checks += check_cuda_tree(ctx)
     checks += [check_nouveau(ctx), check_secure_boot(ctx)]
     checks += check_gpu_compute(ctx)
+    if ctx.torch.version.cuda and ctx.torch.cuda.is_available():
+        checks.append(check_nvml_health(ctx))
+    else:
+        checks.append(ctx.gpu_skip("gpu.nvml_health", "ECC and throttling"))
     if distributed:
         checks.append(check_distributed(ctx, python))
     return checks
