@@ -153,23 +153,33 @@ def check_driver_kernel(ctx: Context) -> Check:
     return Check("driver.kernel", PASS, f"kernel module {ctx.driver_kernel} loaded", observed=ctx.driver_kernel)
 
 
+def parse_smi_driver(returncode: int, output: str) -> tuple[str | None, bool]:
+    """(driver version, mismatch) from `nvidia-smi --query-gpu=driver_version --format=csv,noheader`:
+    one version per GPU when it works; "Driver/library version mismatch" when the loaded module and
+    the libraries differ; anything else (no driver, no GPU) observes no version."""
+    if "mismatch" in output.lower():
+        return None, True
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if returncode == 0 and lines and re.fullmatch(r"\d+\.\d+(\.\d+)?", lines[0]):
+        return lines[0], False
+    return None, False
+
+
 def check_driver_user(ctx: Context) -> Check:
     version, source = _nvml_driver()
     if version is None and shutil.which("nvidia-smi"):
         run = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout=60)
-        if run.returncode == 0 and run.stdout.strip():
-            version, source = run.stdout.strip().splitlines()[0].strip(), "nvidia-smi"
-        else:
-            text = (run.stdout + run.stderr).strip()
-            if "mismatch" in text.lower():
-                return Check(
-                    "driver.userspace",
-                    FAIL,
-                    "user-space driver",
-                    observed=text[:300],
-                    hint="Driver/library version mismatch: the loaded module is older or newer than the "
-                    "installed libraries; reboot, or unload and reload the nvidia modules",
-                )
+        version, mismatch = parse_smi_driver(run.returncode, run.stdout + run.stderr)
+        source = "nvidia-smi"
+        if mismatch:
+            return Check(
+                "driver.userspace",
+                FAIL,
+                "user-space driver",
+                observed=(run.stdout + run.stderr).strip()[:300],
+                hint="Driver/library version mismatch: the loaded module is older or newer than the installed "
+                "libraries; reboot, or unload and reload the nvidia modules",
+            )
     if version is None:
         return ctx.gpu_skip("driver.userspace", "user-space driver", "neither NVML nor nvidia-smi answers")
     ctx.driver_user = version

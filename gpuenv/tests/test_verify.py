@@ -182,3 +182,19 @@ def test_the_json_report_matches_its_versioned_schema() -> None:
     report["checks"][0]["status"] = "ok"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(report, schema)
+
+
+def test_smi_and_proc_of_a_real_mismatch(tmp_path: Path) -> None:
+    # One host's real output: the module loaded is 580.173.02, the libraries are 580.178.
+    text = (DATA / "nvidia-smi-mismatch-580.txt").read_text()
+    assert verify.parse_smi_driver(9, text) == (None, True)
+    ctx = _proc(tmp_path, "proc-driver-nvidia-version-mismatch-580.173.02.txt")
+    assert verify.check_driver_kernel(ctx).observed == "580.173.02"
+
+
+def test_smi_driver_versions() -> None:
+    assert verify.parse_smi_driver(0, "550.163.01\n550.163.01\n") == ("550.163.01", False)  # one line per GPU
+    assert verify.parse_smi_driver(9, "NVIDIA-SMI has failed because it couldn't communicate with the driver.") == (
+        None,
+        False,
+    )
