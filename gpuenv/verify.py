@@ -321,9 +321,20 @@ def check_cudnn(ctx: Context) -> Check:
     t = ctx.torch
     if t.version.cuda is None:
         return Check("cudnn.version", SKIP, "cuDNN: skipped, this torch is a CPU build")
-    observed = t.backends.cudnn.version()
-    enabled = bool(t.backends.cudnn.enabled)
     want = ctx.expect.get("torch_cudnn")
+    try:
+        observed = t.backends.cudnn.version()
+    except RuntimeError as exc:  # torch's own refusal: "cuDNN version incompatibility ... LD_LIBRARY_PATH ..."
+        return Check(
+            "cudnn.version",
+            FAIL,
+            "torch refuses the cuDNN it loaded",
+            observed=str(exc)[:600],
+            expected=cudnn_int(want) if want else None,
+            hint="another cuDNN was loaded before torch's own: unset LD_LIBRARY_PATH (or take the CUDA tree out of "
+            "it); see cudnn.loaded_library for the file",
+        )
+    enabled = bool(t.backends.cudnn.enabled)
     if observed is None:
         return Check(
             "cudnn.version",
@@ -705,21 +716,49 @@ def _script_file(text: str) -> str:
 
 
 # --- running and reporting ---------------------------------------------------------------------------
+def _guarded(check_id: str, fn: Callable[[], Check | list[Check]]) -> list[Check]:
+    """One check's crash is that check's failure, not the end of the run."""
+    try:
+        result = fn()
+    except Exception as exc:  # whatever a check raises is what it found
+        return [
+            Check(
+                check_id,
+                FAIL,
+                f"{check_id} raised {type(exc).__name__}",
+                observed=str(exc)[:600],
+                hint="the message above is what a job would hit on this host",
+            )
+        ]
+    return result if isinstance(result, list) else [result]
+
+
 def run_checks(ctx: Context, *, distributed: bool = True, python: str = sys.executable) -> list[Check]:
-    checks = [check_driver_kernel(ctx), check_driver_user(ctx)]
-    checks += [check_driver_match(ctx), check_driver_minimum(ctx)]
-    checks += [check_torch_version(ctx), check_cuda_available(ctx), check_arch_coverage(ctx)]
-    checks += [check_cudnn(ctx), check_cudnn_library(ctx)]
-    checks += check_cuda_tree(ctx)
-    checks += [check_nouveau(ctx), check_secure_boot(ctx)]
-    checks += check_gpu_compute(ctx)
-    if ctx.torch.version.cuda and ctx.torch.cuda.is_available():
-        checks.append(check_nvml_health(ctx))
-    else:
-        checks.append(ctx.gpu_skip("gpu.nvml_health", "ECC and throttling"))
+    plan: list[tuple[str, Callable[[], Check | list[Check]]]] = [
+        ("driver.kernel", lambda: check_driver_kernel(ctx)),
+        ("driver.userspace", lambda: check_driver_user(ctx)),
+        ("driver.match", lambda: check_driver_match(ctx)),
+        ("driver.cuda_minimum", lambda: check_driver_minimum(ctx)),
+        ("torch.build", lambda: check_torch_version(ctx)),
+        ("torch.cuda_available", lambda: check_cuda_available(ctx)),
+        ("gpu.arch_coverage", lambda: check_arch_coverage(ctx)),
+        ("cudnn.version", lambda: check_cudnn(ctx)),
+        ("cudnn.loaded_library", lambda: check_cudnn_library(ctx)),
+        ("cuda_tree.toolkit", lambda: check_cuda_tree(ctx)),
+        ("host.nouveau", lambda: check_nouveau(ctx)),
+        ("host.secure_boot", lambda: check_secure_boot(ctx)),
+        ("gpu.compute", lambda: check_gpu_compute(ctx)),
+        ("gpu.nvml_health", lambda: _nvml_or_skip(ctx)),
+    ]
     if distributed:
-        checks.append(check_distributed(ctx, python))
-    return checks
+        plan.append(("dist.all_reduce", lambda: check_distributed(ctx, python)))
+    return [check for check_id, fn in plan for check in _guarded(check_id, fn)]
+
+
+def _nvml_or_skip(ctx: Context) -> Check:
+    if ctx.torch.version.cuda and ctx.torch.cuda.is_available():
+        return check_nvml_health(ctx)
+    return ctx.gpu_skip("gpu.nvml_health", "ECC and throttling")
 
 
 def exit_code(checks: list[Check]) -> int:

@@ -198,3 +198,12 @@ def test_smi_driver_versions() -> None:
         None,
         False,
     )
+
+
+def test_a_check_that_crashes_is_that_checks_failure() -> None:
+    def broken() -> verify.Check:
+        raise RuntimeError("cuDNN version incompatibility: PyTorch was compiled against (9, 20, 0)")
+
+    (check,) = verify._guarded("cudnn.version", broken)
+    assert (check.id, check.status) == ("cudnn.version", "fail")
+    assert "compiled against (9, 20, 0)" in check.observed
