@@ -390,6 +390,12 @@ def check_cudnn_library(ctx: Context) -> Check:
     return Check("cudnn.loaded_library", PASS, f"libcudnn from torch's environment ({paths[0]})", observed=paths)
 
 
+def _compared(check_id: str, summary: str, found: str | None, want: str, hint: str) -> Check:
+    """Pass when what was found is what was declared; fail with the hint otherwise."""
+    ok = found == want
+    return Check(check_id, PASS if ok else FAIL, summary, observed=found, expected=want, hint=None if ok else hint)
+
+
 def check_cuda_tree(ctx: Context) -> list[Check]:
     out = []
     want_cuda, want_cudnn = ctx.expect.get("cuda"), ctx.expect.get("cudnn")
@@ -412,13 +418,12 @@ def check_cuda_tree(ctx: Context) -> list[Check]:
         release = m.group(1) if m else None
         want_xy = ".".join(str(want_cuda).split(".")[:2])
         out.append(
-            Check(
+            _compared(
                 "cuda_tree.toolkit",
-                PASS if release == want_xy else FAIL,
                 f"{ctx.cuda_home} is CUDA {release}",
-                observed=release,
-                expected=want_xy,
-                hint=None if release == want_xy else "cuda_toolkit_default selects /usr/local/cuda",
+                release,
+                want_xy,
+                "cuda_toolkit_default selects /usr/local/cuda",
             )
         )
     header = ctx.cuda_home / "include/cudnn_version.h"
@@ -430,16 +435,7 @@ def check_cuda_tree(ctx: Context) -> list[Check]:
         values = dict(re.findall(r"#define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)", header.read_text()))
         found = ".".join(values.get(k, "?") for k in ("MAJOR", "MINOR", "PATCHLEVEL"))
         want = ".".join(str(want_cudnn).split(".")[:3])
-        out.append(
-            Check(
-                "cuda_tree.cudnn",
-                PASS if found == want else FAIL,
-                f"{header} says cuDNN {found}",
-                observed=found,
-                expected=want,
-                hint=None if found == want else "run the cudnn role",
-            )
-        )
+        out.append(_compared("cuda_tree.cudnn", f"{header} says cuDNN {found}", found, want, "run the cudnn role"))
     return out
 
 
