@@ -20,19 +20,34 @@ STACKS = {
 }
 
 
+def measure(runs: int) -> dict[str, dict[str, float]]:
+    """Per stack: runs, min, median and max wall time in milliseconds."""
+    gpuenv = REPO / ".venv/bin/gpuenv"
+    if not gpuenv.exists():
+        gpuenv = Path(sys.executable).parent / "gpuenv"
+    results = {}
+    for label, path in STACKS.items():
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            subprocess.run([str(gpuenv), "check-spec", str(path)], capture_output=True, check=False)  # noqa: S603 - our own CLI
+            times.append((time.perf_counter() - start) * 1000)
+        results[label] = {
+            "runs": runs,
+            "min_ms": round(min(times), 1),
+            "median_ms": round(statistics.median(times), 1),
+            "max_ms": round(max(times), 1),
+        }
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
-    gpuenv = Path(sys.executable).parent / "gpuenv"
     print("| stack | runs | min (ms) | median (ms) | max (ms) |\n|---|---|---|---|---|")
-    for label, path in STACKS.items():
-        times = []
-        for _ in range(args.runs):
-            start = time.perf_counter()
-            subprocess.run([str(gpuenv), "check-spec", str(path)], capture_output=True, check=False)  # noqa: S603 - our own CLI
-            times.append((time.perf_counter() - start) * 1000)
-        print(f"| {label} | {args.runs} | {min(times):.0f} | {statistics.median(times):.0f} | {max(times):.0f} |")
+    for label, r in measure(args.runs).items():
+        print(f"| {label} | {r['runs']} | {r['min_ms']:.0f} | {r['median_ms']:.0f} | {r['max_ms']:.0f} |")
     return 0
 
 

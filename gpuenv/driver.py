@@ -21,6 +21,32 @@ def parse_madison(text: str) -> list[str]:
     return sorted(found, key=_debian_key, reverse=True)
 
 
+def parse_dpkg_query(text: str) -> dict[str, dict[str, str]]:
+    """`dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n' PKG...` as
+    {package: {"want": "i"|"h"|..., "state": "i"|"n"|..., "version": ...}}. Status-Abbrev is three
+    characters: the selection (h: hold), the package state (i: installed) and the error flag."""
+    found: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        if len(line) < 5 or line[3] != " ":
+            continue
+        fields = line[4:].split()
+        if not fields:
+            continue
+        found[fields[0]] = {"want": line[0], "state": line[1], "version": fields[1] if len(fields) > 1 else ""}
+    return found
+
+
+def unsatisfied(status: dict[str, dict[str, str]], wanted: list[str]) -> list[str]:
+    """The entries of an apt install list ("pkg" or "pkg=version") that dpkg does not have."""
+    missing = []
+    for entry in wanted:
+        name, _, version = entry.partition("=")
+        have = status.get(name)
+        if have is None or have["state"] != "i" or (version and have["version"] != version):
+            missing.append(entry)
+    return missing
+
+
 def upstream(debian_version: str) -> str:
     """535.309.01 from the Debian version 535.309.01-0+deb12u1 (and from 1:535.309.01-1)."""
     return debian_version.split(":", 1)[-1].split("-", 1)[0]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-GROUPS = ["driver", "torch", "gpu", "cudnn", "cuda_tree", "host", "dist"]
+GROUPS = ["driver", "torch", "gpu", "cudnn", "cuda_tree", "host", "dist", "drift"]
 _GROUP_LABEL = {
     "driver": "driver",
     "torch": "torch",
@@ -20,6 +20,7 @@ _GROUP_LABEL = {
     "cuda_tree": "CUDA tree",
     "host": "OS",
     "dist": "distributed",
+    "drift": "drift",
 }
 _RANK = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
 _MARK = {"fail": "FAIL", "warn": "warn", "pass": "ok", "skip": "skip", "": "-"}
@@ -82,14 +83,21 @@ def load(directory: Path) -> list[Host]:
     return hosts
 
 
+def _groups(hosts: list[Host]) -> list[str]:
+    """The columns: every group, the drift column only in a drift report (playbooks/drift.yml)."""
+    drift = any(cid.startswith("drift.") for h in hosts for cid in h.checks)
+    return [g for g in GROUPS if g != "drift" or drift]
+
+
 def markdown(hosts: list[Host]) -> str:
+    groups = _groups(hosts)
     lines = [
-        "| host | " + " | ".join(_GROUP_LABEL[g] for g in GROUPS) + " | " + " | ".join(v[0] for v in _VERSIONS) + " |"
+        "| host | " + " | ".join(_GROUP_LABEL[g] for g in groups) + " | " + " | ".join(v[0] for v in _VERSIONS) + " |"
     ]
-    lines.append("|" + "---|" * (1 + len(GROUPS) + len(_VERSIONS)))
+    lines.append("|" + "---|" * (1 + len(groups) + len(_VERSIONS)))
     for h in hosts:
         cells = [h.name + (" **FAILED**" if h.exit_code else "")]
-        cells += [_MARK[h.group_status(g)] for g in GROUPS]
+        cells += [_MARK[h.group_status(g)] for g in groups]
         for _label, cid, key in _VERSIONS:
             found, declared, drift = h.version(cid, key)
             cells.append(f"**{found} (declared {declared})**" if drift else found or "-")
@@ -108,11 +116,12 @@ def markdown(hosts: list[Host]) -> str:
 
 def html_page(hosts: list[Host]) -> str:
     e = html.escape
-    head = "".join(f"<th>{e(_GROUP_LABEL[g])}</th>" for g in GROUPS) + "".join(f"<th>{e(v[0])}</th>" for v in _VERSIONS)
+    groups = _groups(hosts)
+    head = "".join(f"<th>{e(_GROUP_LABEL[g])}</th>" for g in groups) + "".join(f"<th>{e(v[0])}</th>" for v in _VERSIONS)
     rows = []
     for h in hosts:
         cells = [f'<th class="host">{e(h.name)}{" <span class=bad>failed</span>" if h.exit_code else ""}</th>']
-        for g in GROUPS:
+        for g in groups:
             s = h.group_status(g)
             cells.append(f'<td style="background:{_COLOUR[s]}" title="{e(g)}: {e(s or "no check")}">{_MARK[s]}</td>')
         for _label, cid, key in _VERSIONS:

@@ -18,8 +18,10 @@ and a fix hint when it fails. No check passes without having observed what it cl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -132,7 +134,7 @@ def _cc(capability: tuple[int, int]) -> str:
 
 
 def _run(argv: list[str], timeout: int = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """A tool of the host's (nvidia-smi, modinfo, ptxas, torchrun), found on PATH as a user runs it."""
+    """A tool of the host's (nvidia-smi, modinfo, ptxas), found on PATH as a user runs it."""
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env)  # noqa: S603
 
 
@@ -658,57 +660,96 @@ def _train(t: Any, dev: Any) -> Check:
     )
 
 
-def check_distributed(ctx: Context, python: str) -> Check:
-    """Two processes started with torchrun, an all-reduce over gloo (NCCL on GPU hosts)."""
-    backend = "nccl" if ctx.torch.version.cuda and ctx.torch.cuda.is_available() else "gloo"
-    on_gpu = backend == "nccl"
-    device = ", device='cuda'" if on_gpu else ""
-    script = (
-        "import torch, torch.distributed as dist\n"
-        f"dist.init_process_group('{backend}')\n"
-        "r = dist.get_rank()\n"
-        + ("torch.cuda.set_device(r % torch.cuda.device_count())\n" if on_gpu else "")
-        + f"x = torch.ones(4{device}) * (r + 1)\n"
-        "dist.all_reduce(x)\n"
-        "assert x.tolist() == [3.0] * 4, x\n"
-        "dist.destroy_process_group()\n"
-    )
-    path = _script_file(script)
-    start = time.perf_counter()
+def _allreduce_worker(rank: int, world: int, port: int, results: Any) -> None:
+    """One rank of the all-reduce, in a process forked from verify after `import torch`: it picks
+    NCCL and its own GPU where torch sees one, gloo on the CPU otherwise."""
     try:
-        run = _run(
-            [python, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone", path],
-            timeout=300,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-    finally:
-        Path(path).unlink(missing_ok=True)
+        import torch  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 - already imported; forked
+        import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+
+        on_gpu = bool(torch.version.cuda) and torch.cuda.is_available()
+        backend = "nccl" if on_gpu else "gloo"
+        if on_gpu:
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        x = torch.ones(4, device="cuda" if on_gpu else "cpu") * (rank + 1)
+        dist.all_reduce(x)
+        total = float(world * (world + 1) // 2)
+        ok = x.tolist() == [total] * 4
+        dist.destroy_process_group()
+        results.put((rank, backend, ok, None if ok else f"rank {rank} got {x.tolist()}, not {[total] * 4}"))
+    except Exception as exc:  # the rank's failure is the check's observation
+        results.put((rank, "?", False, f"rank {rank}: {type(exc).__name__}: {exc}"))
+
+
+def _free_port() -> int:
+    import socket  # noqa: PLC0415 - only this check listens
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _gpu_count_without_cuda_init(ctx: Context) -> int:
+    """How many GPUs the ranks will find, asked of the driver (nvidia-smi), not of CUDA: CUDA
+    initialised in verify's own process would make it unusable in the processes forked from it."""
+    if not ctx.torch.version.cuda or shutil.which("nvidia-smi") is None:
+        return 0
+    listing = _run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], timeout=30)
+    return len(listing.stdout.split()) if listing.returncode == 0 else 0
+
+
+def check_distributed(ctx: Context) -> Check:
+    """An all-reduce across processes: one per GPU over NCCL, or two over gloo on a host without
+    one. The ranks are forked from this process, which has imported torch already, so the check
+    costs the all-reduce and not a torch import per rank; it runs before any other check touches
+    CUDA, because CUDA does not survive a fork once initialised."""
+    import multiprocessing  # noqa: PLC0415 - only this check starts processes
+
+    gpus = _gpu_count_without_cuda_init(ctx)
+    world = gpus if gpus > 0 else 2
+    mp = multiprocessing.get_context("fork")
+    results = mp.Queue()
+    port = _free_port()
+    start = time.perf_counter()
+    procs = [mp.Process(target=_allreduce_worker, args=(rank, world, port, results)) for rank in range(world)]
+    for proc in procs:
+        proc.start()
+    found: list[tuple[int, str, bool, str | None]] = []
+    deadline = time.monotonic() + 120
+    while len(found) < world and time.monotonic() < deadline:
+        with contextlib.suppress(queue.Empty):
+            found.append(results.get(timeout=1))
+        if len(found) < world and not any(p.is_alive() for p in procs) and results.empty():
+            break
+    for proc in procs:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
     seconds = round(time.perf_counter() - start, 3)
-    if run.returncode == 0:
+    backends = sorted({b for _, b, _, _ in found if b != "?"})
+    backend = backends[0] if len(backends) == 1 else "/".join(backends) or "?"
+    problems = [msg for _, _, ok, msg in found if not ok and msg]
+    if len(found) < world:
+        problems.append(f"{world - len(found)} of {world} ranks did not report within 120 s (hung or crashed)")
+    if not problems:
         return Check(
             "dist.all_reduce",
             PASS,
-            f"torchrun, 2 processes, all-reduce over {backend}",
-            observed=backend,
+            f"all-reduce across {world} processes over {backend}",
+            observed={"backend": backend, "processes": world},
             seconds=seconds,
         )
     return Check(
         "dist.all_reduce",
         FAIL,
-        f"all-reduce over {backend} failed",
-        observed=run.stderr[-800:],
-        hint="torch.distributed does not work in this environment; see the message",
+        f"all-reduce across {world} processes over {backend} failed",
+        observed="; ".join(problems)[-800:],
+        hint="torch.distributed does not work in this environment; see the message"
+        + ("; with NCCL, NCCL_DEBUG=INFO shows why" if gpus else ""),
         seconds=seconds,
     )
-
-
-def _script_file(text: str) -> str:
-    import tempfile  # noqa: PLC0415 - only this check writes a file
-
-    handle = tempfile.NamedTemporaryFile("w", suffix="_gpuenv_allreduce.py", delete=False)  # noqa: SIM115
-    with handle:
-        handle.write(text)
-    return handle.name
 
 
 # --- running and reporting ---------------------------------------------------------------------------
@@ -729,7 +770,10 @@ def _guarded(check_id: str, fn: Callable[[], Check | list[Check]]) -> list[Check
     return result if isinstance(result, list) else [result]
 
 
-def run_checks(ctx: Context, *, distributed: bool = True, python: str = sys.executable) -> list[Check]:
+def run_checks(ctx: Context, *, distributed: bool = True) -> list[Check]:
+    # The all-reduce first, before any check initialises CUDA in this process (its ranks are forked
+    # from it); it is reported last, where readers look for it.
+    first = _guarded("dist.all_reduce", lambda: check_distributed(ctx)) if distributed else []
     plan: list[tuple[str, Callable[[], Check | list[Check]]]] = [
         ("driver.kernel", lambda: check_driver_kernel(ctx)),
         ("driver.userspace", lambda: check_driver_user(ctx)),
@@ -746,9 +790,7 @@ def run_checks(ctx: Context, *, distributed: bool = True, python: str = sys.exec
         ("gpu.compute", lambda: check_gpu_compute(ctx)),
         ("gpu.nvml_health", lambda: _nvml_or_skip(ctx)),
     ]
-    if distributed:
-        plan.append(("dist.all_reduce", lambda: check_distributed(ctx, python)))
-    return [check for check_id, fn in plan for check in _guarded(check_id, fn)]
+    return [check for check_id, fn in plan for check in _guarded(check_id, fn)] + first
 
 
 def _nvml_or_skip(ctx: Context) -> Check:
@@ -815,17 +857,21 @@ def to_prometheus(checks: list[Check], host: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuenv verify", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stack", help="expectations file (JSON) the controller wrote for this host")
-    parser.add_argument("--json", dest="json_out", help="write the JSON report here")
+    parser.add_argument(
+        "--stack", help="expectations file (JSON) the controller wrote for this host (-: read from stdin)"
+    )
+    parser.add_argument(
+        "--json", dest="json_out", help="write the JSON report here (-: to stdout, the lines to stderr)"
+    )
     parser.add_argument("--junit", help="write JUnit XML here")
     parser.add_argument("--prom", help="write Prometheus text format here (node_exporter textfile collector)")
     parser.add_argument("--require-gpu", action="store_true", help="GPU checks fail instead of skipping")
-    parser.add_argument("--no-distributed", action="store_true", help="skip the torchrun all-reduce")
+    parser.add_argument("--no-distributed", action="store_true", help="skip the multi-process all-reduce")
     args = parser.parse_args(argv)
     expect: dict[str, Any] = {}
     if args.stack:
         try:
-            expect = json.loads(Path(args.stack).read_text())
+            expect = json.loads(sys.stdin.read() if args.stack == "-" else Path(args.stack).read_text())
         except (OSError, ValueError) as exc:
             print(f"gpuenv verify: cannot read {args.stack}: {exc}", file=sys.stderr)
             return 2
@@ -842,10 +888,15 @@ def main(argv: list[str] | None = None) -> int:
     checks = run_checks(ctx, distributed=not args.no_distributed)
     host = os.uname().nodename
     report = to_json(checks, host)
+    # With --json -, the report is the standard output and the lines for people go to stderr.
+    human = sys.stderr if args.json_out == "-" else sys.stdout
     for c in checks:
-        print(f"{c.status.upper():5} {c.id:24} {c.summary}" + (f"\n      fix: {c.hint}" if c.status == FAIL else ""))
-    print(f"{report['counts']}; exit {report['exit_code']}")
-    if args.json_out:
+        line = f"{c.status.upper():5} {c.id:24} {c.summary}" + (f"\n      fix: {c.hint}" if c.status == FAIL else "")
+        print(line, file=human)
+    print(f"{report['counts']}; exit {report['exit_code']}", file=human)
+    if args.json_out == "-":
+        print(json.dumps(report, indent=2, default=str))
+    elif args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2, default=str) + "\n")
     if args.junit:
         Path(args.junit).write_text(to_junit(checks, host) + "\n")

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpuenv.sandbox import faults, fleet, mirror
+from gpuenv.sandbox import cache, faults, fleet, mirror
 from gpuenv.sandbox.util import SandboxError
 
 DEFAULT_INVENTORY = Path(__file__).resolve().parents[2] / "inventory" / "sandbox" / "hosts.yml"
@@ -26,6 +26,13 @@ def main(argv: list[str] | None = None) -> int:
         help="OS of host 1, 2, ... (repeat; the last one fills the rest); default debian12",
     )
     p_up.add_argument("--inventory", type=Path, default=DEFAULT_INVENTORY, help="where to write the inventory")
+    p_up.add_argument(
+        "--kernel", action="store_true", help="hosts have Debian's kernel package, as a workstation (driver full mode)"
+    )
+    p_up.add_argument("--snapshot", type=Path, help="start new hosts from a snapshot (scripts/sandbox snapshot)")
+    p_snap = sub.add_parser("snapshot", help="save a provisioned host's changes to start new hosts from")
+    p_snap.add_argument("host")
+    p_snap.add_argument("dest", type=Path)
     sub.add_parser("down", help="stop every host and remove all the sandbox made (cached roots stay)")
     p_status = sub.add_parser("status", help="the hosts and whether they answer")
     p_status.add_argument("--json", action="store_true")
@@ -42,17 +49,21 @@ def main(argv: list[str] | None = None) -> int:
         "mirror", help="the local NVIDIA redist mirror: build (or verify and repair), verify, path"
     )
     p_mirror.add_argument("action", choices=["build", "verify", "path"])
+    p_cache = sub.add_parser("cache", help="the hosts' download cache (apt proxy and PyPI index): stats, path, clear")
+    p_cache.add_argument("action", choices=["stats", "path", "clear"])
     p_sup = sub.add_parser("supervise", help=argparse.SUPPRESS)
     p_sup.add_argument("host")
     args = parser.parse_args(argv)
 
     try:
         if args.command == "up":
-            state = fleet.up(args.count, args.os, args.inventory)
+            state = fleet.up(args.count, args.os, args.inventory, kernel=args.kernel, snapshot=args.snapshot)
             for host in state.hosts.values():
                 print(f"{host.name}  {host.os:9} {host.ip}")
             print(f"inventory: {args.inventory}")
             print(f"try: ansible all -m ping -i {args.inventory}")
+        elif args.command == "snapshot":
+            print(fleet.snapshot(args.host, args.dest))
         elif args.command == "down":
             fleet.down()
             left = fleet.leftovers()
@@ -97,6 +108,20 @@ def main(argv: list[str] | None = None) -> int:
                 return 1 if problems else 0
             else:
                 print(site)
+        elif args.command == "cache":
+            if args.action == "stats":
+                try:
+                    print(json.dumps(cache.stats(fleet.cache_url()), indent=2))
+                except OSError as exc:
+                    raise SandboxError(
+                        f"the download cache does not answer at {fleet.cache_url()} ({exc}): run scripts/sandbox up N"
+                    ) from None
+            elif args.action == "path":
+                print(fleet.downloads_dir())
+            else:
+                if fleet.State.load().hosts:
+                    raise SandboxError("the sandbox is up and its hosts use the cache: run scripts/sandbox down first")
+                cache.clear(fleet.downloads_dir())
         elif args.command == "supervise":
             return fleet.supervise(args.host)
     except SandboxError as exc:

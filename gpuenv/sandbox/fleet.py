@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from gpuenv.sandbox import roots
+from gpuenv.sandbox import cache, roots
 from gpuenv.sandbox.util import SandboxError, run
 
 BRIDGE = "gpuenv-br0"
@@ -33,6 +33,8 @@ VETH_PREFIX = "gsb-"
 RULE_COMMENT = "gpuenv-sandbox"
 SUBNET = ipaddress.ip_network(os.environ.get("GPUENV_SANDBOX_SUBNET", "10.199.0.0/24"))
 MIRROR_PORT = 8000
+# The download cache (gpuenv.sandbox.cache): apt's HTTP proxy and the hosts' Python package index.
+CACHE_PORT = 3142
 INOTIFY_INSTANCES = "/proc/sys/fs/inotify/max_user_instances"
 SYSCTLS = {
     # The hosts reach Debian's archive and PyPI through the controller.
@@ -55,6 +57,16 @@ def cache_dir() -> Path:
 
 def controller_ip() -> str:
     return str(SUBNET.network_address + 1)
+
+
+def cache_url() -> str:
+    return f"http://{controller_ip()}:{CACHE_PORT}"
+
+
+def downloads_dir() -> Path:
+    """Where the download cache keeps its files; GPUENV_SANDBOX_DOWNLOADS picks another (the
+    benchmarks start from an empty one to count what a cold fleet fetches)."""
+    return Path(os.environ.get("GPUENV_SANDBOX_DOWNLOADS", str(cache_dir() / "downloads")))
 
 
 @dataclass
@@ -274,6 +286,12 @@ def _customize(host: Host, pubkey: str) -> None:
     resolv = Path("/etc/resolv.conf").read_text()
     (root / "etc/resolv.conf").unlink(missing_ok=True)
     (root / "etc/resolv.conf").write_text(resolv)
+    # Every host fetches Debian's packages and PyPI's files through the controller's download
+    # cache, as a site's hosts go through its apt and PyPI proxies: N hosts, one upstream fetch.
+    (root / "etc/apt/apt.conf.d/00gpuenv-sandbox-cache").write_text(f'Acquire::http::Proxy "{cache_url()}/";\n')
+    (root / "etc/pip.conf").write_text(
+        f"[global]\nindex-url = {cache_url()}/pypi/simple\ntrusted-host = {controller_ip()}\n"
+    )
     ssh_dir = root / "root/.ssh"
     ssh_dir.mkdir(mode=0o700, exist_ok=True)
     (ssh_dir / "authorized_keys").write_text(pubkey)
@@ -457,6 +475,7 @@ def inventory(state: State) -> dict[str, Any]:
                 "ansible_python_interpreter": "/usr/bin/python3",
                 "gpuenv_sandbox_controller": controller_ip(),
                 "gpuenv_sandbox_mirror_url": f"http://{controller_ip()}:{MIRROR_PORT}",
+                "gpuenv_sandbox_cache_url": cache_url(),
             },
             "children": {
                 "gpu_hosts": {"hosts": {h.name: {"ansible_host": h.ip} for h in state.hosts.values()}, "children": {}},
@@ -475,25 +494,43 @@ def write_inventory(state: State, path: Path) -> None:
 
 
 # --- public operations ---------------------------------------------------------------------------
-def up(count: int, oses: list[str], inventory_path: Path) -> State:
+def up(
+    count: int,
+    oses: list[str],
+    inventory_path: Path,
+    *,
+    kernel: bool = False,
+    snapshot: Path | None = None,
+) -> State:
+    """Boot hosts sb1..sbN (those already up stay as they are).
+
+    kernel: the hosts' root also has Debian's kernel package installed, as a workstation's has, so
+    that the driver role's full mode builds its module for it. snapshot: new hosts start from a
+    provisioned host's saved changes (`snapshot`) over its root, each with its own identity."""
     require_root_and_tools()
     if count < 1 or count > 200:
         raise SandboxError("up takes a host count from 1 to 200")
     oses = oses or ["debian12"]
     for o in oses:
         roots.release(o)
+    snap = _read_snapshot(snapshot) if snapshot else None
     state = State.load()
     pubkey = _ensure_key()
     ensure_network()
     for i in range(1, count + 1):
         name = f"sb{i}"
-        want_os = oses[min(i - 1, len(oses) - 1)]
+        want_os = snap["os"] if snap else oses[min(i - 1, len(oses) - 1)]
         host = state.hosts.get(name)
-        if host is not None and host.os != want_os:
+        # With a snapshot, hosts already up stay as they are; only the new ones start from it.
+        if host is not None and host.os != want_os and not snap:
             raise SandboxError(f"{name} already runs {host.os}, not {want_os}: run `scripts/sandbox down` first")
         if host is None:
-            base = roots.ensure_root(cache_dir(), roots.release(want_os))
-            host = Host(name=name, os=want_os, index=i, ip=str(SUBNET.network_address + 10 + i), base=str(base))
+            if snap:
+                base = f"{snapshot}/upper:{snap['base']}"
+            else:
+                packages = (*roots.PACKAGES, *roots.KERNEL_PACKAGES) if kernel else roots.PACKAGES
+                base = str(roots.ensure_root(cache_dir(), roots.release(want_os), packages))
+            host = Host(name=name, os=want_os, index=i, ip=str(SUBNET.network_address + 10 + i), base=base)
             state.hosts[name] = host
             state.save()
         _mount_root(host)
@@ -505,8 +542,52 @@ def up(count: int, oses: list[str], inventory_path: Path) -> State:
     for host in state.hosts.values():
         wait_ssh(host)
     serve_mirror()
+    serve_cache()
     write_inventory(state, inventory_path)
     return state
+
+
+# What makes a host itself rather than a copy: a snapshot drops these, and each host started from
+# it gets its own (the marker makes _customize generate them).
+_IDENTITY = ("etc/ssh/ssh_host_*", "etc/machine-id", "etc/gpuenv-sandbox-host", "etc/hostname", "etc/hosts")
+
+
+def snapshot(name: str, dest: Path) -> Path:
+    """Save a host's changes over its root (its overlay's upper layer) as a starting point for new
+    hosts: a fleet provisioned once, booted many times. The host is stopped for the copy and
+    started again."""
+    state = State.load()
+    host = state.hosts.get(name)
+    if host is None:
+        raise SandboxError(f"no sandbox host {name}: scripts/sandbox status lists them")
+    if ":" in host.base:
+        raise SandboxError(f"{name} was itself started from a snapshot; snapshot its origin instead")
+    stop_host(host)
+    if dest.exists():
+        run(["rm", "-rf", "--one-file-system", str(dest)], capture=True)
+    dest.mkdir(parents=True)
+    # cp -a keeps overlayfs's whiteouts (character devices) and opaque-directory xattrs, which
+    # record what the host deleted from its root.
+    run(["cp", "-a", str(host.dir() / "upper"), str(dest / "upper")], capture=True, timeout=1800)
+    for pattern in _IDENTITY:
+        for path in (dest / "upper").glob(pattern):
+            path.unlink()
+    (dest / "snapshot.json").write_text(json.dumps({"host": name, "os": host.os, "base": host.base}) + "\n")
+    start_host(host)
+    wait_ssh(host)
+    return dest
+
+
+def _read_snapshot(path: Path) -> dict[str, str]:
+    try:
+        meta: dict[str, str] = json.loads((path / "snapshot.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SandboxError(
+            f"{path} is not a snapshot ({exc}): make one with scripts/sandbox snapshot HOST DIR"
+        ) from None
+    if not Path(meta["base"]).is_dir():
+        raise SandboxError(f"the root under snapshot {path} ({meta['base']}) is gone: make the snapshot again")
+    return meta
 
 
 def restart(host: Host) -> None:
@@ -519,7 +600,7 @@ def restart(host: Host) -> None:
 
 # --- what of the sandbox exists, found by name alone (works after a crashed up) -----------------
 def _processes() -> list[tuple[int, str]]:
-    """nspawn, supervisors and the mirror's HTTP server of the sandbox: (pid, command line)."""
+    """nspawn, supervisors, the mirror's HTTP server and the download cache: (pid, command line)."""
     base = str(sandbox_dir())
     found = []
     for proc in Path("/proc").iterdir():
@@ -533,6 +614,7 @@ def _processes() -> list[tuple[int, str]]:
             (base in cmdline and "systemd-nspawn" in cmdline)
             or "gpuenv.sandbox supervise" in cmdline
             or ("http.server" in cmdline and "gpuenv-mirror" in cmdline)
+            or "gpuenv.sandbox.cache" in cmdline
         ):
             found.append((int(proc.name), cmdline))
     return found
@@ -588,6 +670,7 @@ def down() -> None:
     require_root_and_tools()
     state = State.load()
     stop_mirror()
+    stop_cache()
     for host in state.hosts.values():
         stop_host(host)
     # What a crashed up or a lost pid file left running: first ask every nspawn for an orderly
@@ -625,6 +708,7 @@ def down() -> None:
     State.path().unlink(missing_ok=True)
     known_hosts_path().unlink(missing_ok=True)
     (sandbox_dir() / "mirror.log").unlink(missing_ok=True)
+    (sandbox_dir() / "cache.log").unlink(missing_ok=True)
 
 
 def leftovers() -> list[str]:
@@ -670,43 +754,61 @@ def mirror_root() -> Path:
 
 
 def serve_mirror() -> None:
-    pidfile = sandbox_dir() / "mirror.pid"
-    if _pid(pidfile):
-        return
     site = mirror_root()
     site.mkdir(parents=True, exist_ok=True)
-    logfile = (sandbox_dir() / "mirror.log").open("ab")
     # argv[0] names the process gpuenv-mirror so that down's sweep can find a lost one.
-    proc = subprocess.Popen(  # noqa: S603
-        [
-            sys.executable,
-            "-c",
-            "import sys, runpy; sys.argv = ['gpuenv-mirror', *sys.argv[1:]]; runpy.run_module('http.server', "
-            "run_name='__main__')",
-            "--bind",
-            controller_ip(),
-            "--directory",
-            str(site),
-            str(MIRROR_PORT),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=logfile,
-        stderr=logfile,
-        start_new_session=True,
-    )
-    pidfile.write_text(str(proc.pid))
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((controller_ip(), MIRROR_PORT), timeout=1):
-            return
-        time.sleep(0.2)
-    raise SandboxError(f"the mirror's HTTP server did not start; see {sandbox_dir() / 'mirror.log'}")
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys, runpy; sys.argv = ['gpuenv-mirror', *sys.argv[1:]]; runpy.run_module('http.server', "
+        "run_name='__main__')",
+        "--bind",
+        controller_ip(),
+        "--directory",
+        str(site),
+        str(MIRROR_PORT),
+    ]
+    _start_server("mirror", "the mirror's HTTP server", argv, MIRROR_PORT)
 
 
 def stop_mirror() -> None:
-    pidfile = sandbox_dir() / "mirror.pid"
+    _stop_server("mirror")
+
+
+def _start_server(name: str, what: str, argv: list[str], port: int) -> None:
+    """Start one of the sandbox's servers on the bridge address, once; <name>.pid and <name>.log
+    in the sandbox directory."""
+    pidfile = sandbox_dir() / f"{name}.pid"
+    if _pid(pidfile):
+        return
+    logfile = (sandbox_dir() / f"{name}.log").open("ab")
+    proc = subprocess.Popen(  # noqa: S603
+        argv, stdin=subprocess.DEVNULL, stdout=logfile, stderr=logfile, start_new_session=True
+    )
+    pidfile.write_text(str(proc.pid))
+    if not cache.wait_listening(controller_ip(), port):
+        raise SandboxError(f"{what} did not start; see {sandbox_dir() / (name + '.log')}")
+
+
+def _stop_server(name: str) -> None:
+    pidfile = sandbox_dir() / f"{name}.pid"
     pid = _pid(pidfile)
     if pid:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _pid_alive(pid):
+            time.sleep(0.1)
     pidfile.unlink(missing_ok=True)
+
+
+# --- the download cache --------------------------------------------------------------------------
+def serve_cache(directory: Path | None = None) -> None:
+    """Start the download cache on the bridge address (gpuenv.sandbox.cache), once."""
+    directory = directory or downloads_dir()
+    argv = [sys.executable, "-m", "gpuenv.sandbox.cache", controller_ip(), str(CACHE_PORT), str(directory)]
+    _start_server("cache", "the download cache", argv, CACHE_PORT)
+
+
+def stop_cache() -> None:
+    _stop_server("cache")

@@ -45,6 +45,10 @@ PACKAGES = (
     "curl",
 )
 
+# A workstation's root also has a kernel package: the driver role's full mode builds DKMS modules
+# for every installed kernel (sandbox hosts run the controller's kernel, so none is loaded).
+KERNEL_PACKAGES = ("linux-image-amd64",)
+
 
 def release(os_name: str) -> Release:
     try:

@@ -97,3 +97,32 @@ def test_dnf_repoquery_lines_are_read_like_madison() -> None:
     assert available == ["580.82.07-1.el9", "580.65.06-1.el9", "575.57.08-1.el9"]
     assert driver.pick(available, "580") == "580.82.07-1.el9"
     assert driver.upstream("580.82.07-1.el9") == "580.82.07"
+
+
+def test_dpkg_query_tells_installed_held_and_absent() -> None:
+    status = driver.parse_dpkg_query(_read("dpkg-query-status-nvidia-bookworm.txt"))
+    assert status == {
+        "libcuda1": {"want": "i", "state": "i", "version": "535.309.01-0+deb12u1"},
+        "nvidia-kernel-dkms": {"want": "u", "state": "n", "version": ""},
+        "nvidia-smi": {"want": "h", "state": "i", "version": "535.309.01-0+deb12u1"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("wanted", "missing"),
+    [
+        # everything at the pin: the role skips apt
+        (["nvidia-smi=535.309.01-0+deb12u1", "libcuda1=535.309.01-0+deb12u1"], []),
+        # another version pinned: apt must run
+        (["libcuda1=535.261.03-1~deb12u1"], ["libcuda1=535.261.03-1~deb12u1"]),
+        # known to dpkg but not installed, and unknown to it (headers, unpinned)
+        (
+            ["nvidia-kernel-dkms=535.309.01-0+deb12u1", "linux-headers-6.1.0-50-amd64"],
+            ["nvidia-kernel-dkms=535.309.01-0+deb12u1", "linux-headers-6.1.0-50-amd64"],
+        ),
+        (["libcuda1"], []),
+    ],
+)
+def test_unsatisfied_lists_what_apt_must_install(wanted: list[str], missing: list[str]) -> None:
+    status = driver.parse_dpkg_query(_read("dpkg-query-status-nvidia-bookworm.txt"))
+    assert driver.unsatisfied(status, wanted) == missing

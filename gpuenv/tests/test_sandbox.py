@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +111,45 @@ def test_hosts_fetch_from_the_mirror_over_http(sandbox: tuple[fleet.State, Path]
     url = f"http://{fleet.controller_ip()}:{fleet.MIRROR_PORT}/compute/cuda/redist/{entry['relative_path']}"
     got = _ssh(state.hosts["sb2"], f"curl -sSf {url} | sha256sum", timeout=60)
     assert got.stdout.split()[0] == entry["sha256"], got.stderr
+
+
+def test_hosts_fetch_debian_and_pypi_through_the_download_cache(sandbox: tuple[fleet.State, Path]) -> None:
+    """apt goes through the controller's cache as its HTTP proxy, and a package fetched twice is
+    fetched from Debian once; PyPI's pages point at the cache, whose file is PyPI's own."""
+    state, _ = sandbox
+    host = state.hosts["sb1"]
+    got = _ssh(host, "cd /tmp && apt-get update -qq && apt-get download -q hello && apt-get download -q hello", 300)
+    assert got.returncode == 0, got.stderr
+    log = (fleet.downloads_dir() / "upstream.jsonl").read_text().splitlines()
+    fetched = [json.loads(line)["url"] for line in log if "/hello_" in line]
+    assert len(fetched) <= 1  # once, or never when an earlier run on this machine cached it
+    assert list(fleet.downloads_dir().glob("http/deb.debian.org/debian/pool/main/h/hello/hello_*.deb"))
+    page = _ssh(host, f"curl -sSf {fleet.cache_url()}/pypi/simple/six/", 60)
+    assert page.returncode == 0, page.stderr
+    links = re.findall(r'href="([^"]+six-1\.16\.0-py2\.py3-none-any\.whl)#sha256=([0-9a-f]{64})"', page.stdout)
+    assert links, page.stdout[:500]
+    url, sha = links[0]
+    assert url.startswith(f"{fleet.cache_url()}/pypi/files/")
+    wheel = _ssh(host, f"curl -sSf {url} | sha256sum", 60)
+    assert wheel.stdout.split()[0] == sha
+
+
+def test_a_snapshot_starts_new_hosts_with_their_own_identity(sandbox: tuple[fleet.State, Path], tmp_path: Path) -> None:
+    state, inventory = sandbox
+    sb1 = state.hosts["sb1"]
+    made = _ssh(sb1, "echo provisioned > /opt/gpuenv-snapshot-marker && rm /etc/motd")
+    assert made.returncode == 0, made.stderr
+    snap = fleet.snapshot("sb1", tmp_path / "snap")
+    assert _ssh(sb1, "true").returncode == 0  # the origin runs again
+    fleet.up(3, [], inventory, snapshot=snap)
+    new = fleet.State.load().hosts["sb3"]
+    assert new.os == "debian12"
+    # What sb1 added and what it deleted (an overlayfs whiteout) both carry over.
+    seen = _ssh(new, "cat /opt/gpuenv-snapshot-marker; test -e /etc/motd && echo motd; hostname")
+    assert seen.stdout.split() == ["provisioned", "sb3"], seen.stdout + seen.stderr
+    ident = "cat /etc/machine-id /etc/ssh/ssh_host_ed25519_key.pub"
+    assert _ssh(new, ident).stdout != _ssh(sb1, ident).stdout
+    assert fleet.State.load().hosts["sb2"].os == "debian13"  # the hosts already up are untouched
 
 
 def test_down_after_a_crashed_up_leaves_nothing(sandbox: tuple[fleet.State, Path]) -> None:

@@ -35,6 +35,17 @@ def gpuenv_driver_reboot_needed(loaded: dict[str, str] | None, installed: str, g
     return driver.reboot_needed((loaded or {}).get("version"), str(installed), bool(gpu_present))
 
 
+def gpuenv_dpkg_unsatisfied(dpkg_query: str, wanted: list[str]) -> list[str]:
+    """Entries of an apt install list ("pkg" or "pkg=version") that dpkg does not have installed."""
+    return driver.unsatisfied(driver.parse_dpkg_query(str(dpkg_query)), [str(w) for w in wanted])
+
+
+def gpuenv_dpkg_unheld(dpkg_query: str, packages: list[str]) -> list[str]:
+    """The packages dpkg does not hold."""
+    status = driver.parse_dpkg_query(str(dpkg_query))
+    return [str(p) for p in packages if status.get(str(p), {}).get("want") != "h"]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -42,4 +53,6 @@ class FilterModule:
             "gpuenv_driver_flavor": gpuenv_driver_flavor,
             "gpuenv_nvidia_proc_version": gpuenv_nvidia_proc_version,
             "gpuenv_driver_reboot_needed": gpuenv_driver_reboot_needed,
+            "gpuenv_dpkg_unsatisfied": gpuenv_dpkg_unsatisfied,
+            "gpuenv_dpkg_unheld": gpuenv_dpkg_unheld,
         }

@@ -1,0 +1,223 @@
+"""What differs on a host from the stack the inventory declares (playbooks/drift.yml).
+
+The inputs are what the host says of itself, read without changing anything: the local facts the
+roles recorded (/etc/ansible/facts.d), where /usr/local/cuda and the environment's stable path
+really point, and `pip freeze` of the environment against its lock. The output is checks in
+gpuenv verify's report format (ids `drift.*`), so the fleet report shows them beside verify's.
+Tested in gpuenv/tests/test_drift.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+HINT = "run playbooks/site.yml to put the declared stack back, or declare what the host has"
+
+
+def _check(check_id: str, ok: bool, summary: str, observed: Any, expected: Any, *, hint: str = HINT) -> dict[str, Any]:
+    return {
+        "id": check_id,
+        "status": "pass" if ok else "fail",
+        "summary": summary,
+        "observed": observed,
+        "expected": expected,
+        "hint": None if ok else hint,
+        "seconds": 0.0,
+    }
+
+
+def _xy(version: str) -> str:
+    return ".".join(str(version).split(".")[:2])
+
+
+def parse_lock(text: str) -> dict[str, str]:
+    """name -> version from a lock of "name==version --hash=..." lines (names normalised)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", line)
+        if m:
+            out[normalise(m.group(1))] = m.group(2)
+    return out
+
+
+def parse_freeze(text: str) -> dict[str, str]:
+    """name -> version from `pip freeze --all` (editable or URL installs are kept by name)."""
+    out = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "==" in line:
+            name, version = line.split("==", 1)
+        elif " @ " in line:
+            name, version = line.split(" @ ", 1)
+        else:
+            continue
+        out[normalise(name)] = version.strip()
+    return out
+
+
+def normalise(name: str) -> str:
+    """PEP 503's normalised project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# pip, setuptools and wheel come with the venv and are not in the lock.
+_TOOLING = {"pip", "setuptools", "wheel"}
+
+
+def compare(
+    resolved: dict[str, Any],
+    facts: dict[str, Any],
+    *,
+    cuda_link: str | None,
+    env_link: str | None,
+    lock: str | None,
+    freeze: str | None,
+) -> list[dict[str, Any]]:
+    """The drift checks of one host: its records and what is live, against the declared stack."""
+    checks: list[dict[str, Any]] = []
+    record = facts.get("gpuenv") or {}
+    recorded = (record.get("resolved") or {}) if isinstance(record, dict) else {}
+    keys = ("driver", "cuda", "cudnn", "python", "torch", "torch_variant")
+    declared_stack = {k: resolved.get(k) for k in keys}
+    recorded_stack = {k: recorded.get(k) for k in keys}
+    checks.append(
+        _check(
+            "drift.record",
+            declared_stack == recorded_stack,
+            "the host was provisioned for the declared stack"
+            if declared_stack == recorded_stack
+            else "the host was provisioned for another stack than the inventory declares",
+            recorded_stack if record else "no gpuenv record on the host",
+            declared_stack,
+        )
+    )
+
+    driver = facts.get("nvidia_driver") or {}
+    want = str(resolved.get("driver", ""))
+    have = str(driver.get("version") or "")
+    ok = bool(have) and (have == want or have.startswith(want + "."))
+    checks.append(
+        _check("drift.driver", ok, f"driver {have or 'not recorded'} for the declared {want}", have or None, want)
+    )
+
+    toolkit = facts.get("cuda_toolkit") or {}
+    want_cuda = str(resolved.get("cuda", ""))
+    live = cuda_link or ""
+    live_xy = live.rsplit("cuda-", 1)[1] if "cuda-" in live else ""
+    ok = live_xy == _xy(want_cuda)
+    checks.append(
+        _check(
+            "drift.cuda_default",
+            ok,
+            f"/usr/local/cuda points at {live or 'nothing'}" + ("" if ok else f", not CUDA {_xy(want_cuda)}"),
+            live or None,
+            f"/usr/local/cuda-{_xy(want_cuda)}",
+            hint="someone repointed /usr/local/cuda by hand; " + HINT,
+        )
+    )
+    installed = [str(v) for v in toolkit.get("versions") or []]
+    checks.append(
+        _check(
+            "drift.cuda_installed",
+            want_cuda in installed,
+            f"CUDA {want_cuda} is installed" if want_cuda in installed else f"CUDA {want_cuda} is not recorded",
+            installed,
+            want_cuda,
+        )
+    )
+
+    cudnn = facts.get("cudnn") or {}
+    want_cudnn = str(resolved.get("cudnn", ""))
+    have_cudnn = str(cudnn.get("version") or "")
+    checks.append(
+        _check(
+            "drift.cudnn",
+            have_cudnn == want_cudnn,
+            f"system cuDNN {have_cudnn or 'not recorded'} for the declared {want_cudnn}",
+            have_cudnn or None,
+            want_cudnn,
+        )
+    )
+
+    env = facts.get("pytorch_env") or {}
+    want_torch = f"{resolved.get('torch')}+{resolved.get('torch_variant')}"
+    have_torch = f"{env.get('torch')}+{env.get('variant')}" if env else ""
+    checks.append(
+        _check(
+            "drift.env_torch",
+            have_torch == want_torch,
+            f"environment torch {have_torch or 'not recorded'} for the declared {want_torch}",
+            have_torch or None,
+            want_torch,
+        )
+    )
+    active = str(env.get("active") or "")
+    ok = bool(active) and env_link == active
+    checks.append(
+        _check(
+            "drift.env_active",
+            ok,
+            f"{env.get('path', 'the environment')} points at the environment gpuenv built"
+            if ok
+            else f"{env.get('path', 'the environment')} points at {env_link or 'nothing'}, not {active or '?'}",
+            env_link,
+            active or None,
+            hint="the environment's stable path was repointed by hand; " + HINT,
+        )
+    )
+    if lock is not None and freeze is not None:
+        locked, frozen = parse_lock(lock), parse_freeze(freeze)
+        extra = sorted(f"{n}=={v}" for n, v in frozen.items() if n not in locked and n not in _TOOLING)
+        missing = sorted(f"{n}=={v}" for n, v in locked.items() if n not in frozen)
+        changed = sorted(f"{n}: {locked[n]} -> {v}" for n, v in frozen.items() if n in locked and locked[n] != v)
+        ok = not (extra or missing or changed)
+        checks.append(
+            _check(
+                "drift.env_packages",
+                ok,
+                "the environment holds exactly its lock"
+                if ok
+                else "the environment differs from its lock: "
+                + "; ".join(
+                    part
+                    for part in (
+                        f"added {', '.join(extra)}" if extra else "",
+                        f"missing {', '.join(missing)}" if missing else "",
+                        f"changed {', '.join(changed)}" if changed else "",
+                    )
+                    if part
+                ),
+                {"added": extra, "missing": missing, "changed": changed},
+                "the lock's packages, no others",
+                hint="packages were installed into the shared environment by hand; run playbooks/site.yml "
+                "to rebuild it from its lock, or declare them in gpu_stack.packages",
+            )
+        )
+    return checks
+
+
+def merge_report(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A gpuenv verify report (schema 1) with the drift checks added: counts and the exit code
+    follow (1 when any check fails), so the fleet report marks a drifted host."""
+    merged = dict(report)
+    merged["checks"] = [c for c in report.get("checks", []) if not str(c.get("id", "")).startswith("drift.")] + checks
+    merged["counts"] = {s: sum(c["status"] == s for c in merged["checks"]) for s in ("pass", "fail", "warn", "skip")}
+    merged["exit_code"] = 1 if merged["counts"]["fail"] else 0
+    return merged
+
+
+def stack_summary(resolved: dict[str, Any]) -> dict[str, str]:
+    """driver, CUDA, cuDNN and torch of a resolved stack, as the rollout summary prints them."""
+    if not resolved:
+        return {}
+    torch = f"{resolved.get('torch')}+{resolved.get('torch_variant')}" if resolved.get("torch") else ""
+    return {
+        "driver": str(resolved.get("driver") or ""),
+        "cuda": str(resolved.get("cuda") or ""),
+        "cudnn": str(resolved.get("cudnn") or ""),
+        "torch": torch,
+        "packages": " ".join(resolved.get("packages") or []),
+    }

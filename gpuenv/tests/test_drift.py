@@ -1,0 +1,163 @@
+"""gpuenv.drift on what a real sandbox host recorded (gpuenv/tests/data/drift-host: its local facts,
+its environment's lock and `pip freeze --all`), as it was and after the hand changes drift.yml
+must find; and the rollout summary's table."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuenv import drift
+
+DATA = Path(__file__).parent / "data" / "drift-host"
+
+
+def _facts() -> dict[str, Any]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(DATA.glob("*.fact"))}
+
+
+def _compare(facts: dict[str, Any] | None = None, **overrides: Any) -> dict[str, dict[str, Any]]:
+    facts = facts if facts is not None else _facts()
+    args: dict[str, Any] = {
+        "cuda_link": (DATA / "cuda-link.txt").read_text().strip(),
+        "env_link": facts["pytorch_env"]["active"],
+        "lock": (DATA / "lock.txt").read_text(),
+        "freeze": (DATA / "pip-freeze.txt").read_text(),
+    }
+    args.update(overrides)
+    resolved = facts["gpuenv"]["resolved"]
+    return {c["id"]: c for c in drift.compare(resolved, facts, **args)}
+
+
+def test_a_host_as_provisioned_has_no_drift() -> None:
+    checks = _compare()
+    assert {c["status"] for c in checks.values()} == {"pass"}, [c for c in checks.values() if c["status"] != "pass"]
+    assert set(checks) == {
+        "drift.record",
+        "drift.driver",
+        "drift.cuda_default",
+        "drift.cuda_installed",
+        "drift.cudnn",
+        "drift.env_torch",
+        "drift.env_active",
+        "drift.env_packages",
+    }
+
+
+def test_a_toolkit_default_repointed_by_hand() -> None:
+    checks = _compare(cuda_link="/usr/local/cuda-11.8")
+    assert checks["drift.cuda_default"]["status"] == "fail"
+    assert checks["drift.cuda_default"]["observed"] == "/usr/local/cuda-11.8"
+    assert "by hand" in checks["drift.cuda_default"]["hint"]
+
+
+def test_packages_added_changed_or_removed_by_hand() -> None:
+    freeze = (DATA / "pip-freeze.txt").read_text()
+    torch_line = next(line for line in freeze.splitlines() if line.startswith("torch=="))
+    first_locked = next(
+        line for line in freeze.splitlines() if not line.startswith(("pip==", "setuptools==", "torch=="))
+    )
+    edited = freeze.replace(torch_line, "torch==2.4.0").replace(first_locked + "\n", "") + "six==1.16.0\n"
+    found = _compare(freeze=edited)["drift.env_packages"]
+    assert found["status"] == "fail"
+    assert found["observed"]["added"] == ["six==1.16.0"]
+    assert found["observed"]["changed"] == [f"torch: {torch_line.split('==')[1]} -> 2.4.0"]
+    assert found["observed"]["missing"] == [
+        drift.normalise(first_locked.split("==")[0]) + "==" + first_locked.split("==")[1]
+    ]
+    assert "gpu_stack.packages" in found["hint"]
+
+
+def test_an_environment_path_repointed_by_hand() -> None:
+    checks = _compare(env_link="/opt/gpuenv/envs/.store/default-000000000000")
+    assert checks["drift.env_active"]["status"] == "fail"
+
+
+def test_a_host_provisioned_for_another_stack() -> None:
+    facts = _facts()
+    declared = copy.deepcopy(facts["gpuenv"]["resolved"])
+    declared["cuda"] = "12.4.1"
+    checks = {
+        c["id"]: c
+        for c in drift.compare(declared, facts, cuda_link="/usr/local/cuda-12.1", env_link=None, lock=None, freeze=None)
+    }
+    assert checks["drift.record"]["status"] == "fail"
+    assert checks["drift.record"]["observed"]["cuda"] == facts["gpuenv"]["resolved"]["cuda"]
+    assert checks["drift.cuda_default"]["status"] == "fail"
+    assert checks["drift.cuda_installed"]["status"] == "fail"
+    assert "drift.env_packages" not in checks  # no lock or freeze: not judged
+
+
+def test_a_host_gpuenv_never_provisioned() -> None:
+    resolved = _facts()["gpuenv"]["resolved"]
+    checks = {c["id"]: c for c in drift.compare(resolved, {}, cuda_link=None, env_link=None, lock=None, freeze=None)}
+    assert checks["drift.record"]["observed"] == "no gpuenv record on the host"
+    assert {c["status"] for c in checks.values()} == {"fail"}
+
+
+def test_the_real_lock_and_freeze_parse() -> None:
+    lock = drift.parse_lock((DATA / "lock.txt").read_text())
+    frozen = drift.parse_freeze((DATA / "pip-freeze.txt").read_text())
+    assert lock["torch"] == frozen["torch"]
+    assert set(lock) <= set(frozen)
+    assert "pip" in frozen
+    assert "pip" not in lock
+
+
+def test_a_merged_report_counts_and_fails_with_its_drift() -> None:
+    report = {"schema_version": 1, "host": "sb1", "exit_code": 0, "counts": {}, "checks": []}
+    merged = drift.merge_report(report, list(_compare(cuda_link="/usr/local/cuda-11.8").values()))
+    assert merged["exit_code"] == 1
+    assert merged["counts"] == {"pass": 7, "fail": 1, "warn": 0, "skip": 0}
+
+
+def test_the_summary_of_a_stack() -> None:
+    resolved = _facts()["gpuenv"]["resolved"]
+    summary = drift.stack_summary(resolved)
+    assert summary["cuda"] == resolved["cuda"]
+    assert summary["torch"] == f"{resolved['torch']}+{resolved['torch_variant']}"
+    assert drift.stack_summary({}) == {}
+
+
+@pytest.fixture
+def rollout() -> Any:
+    path = Path(__file__).resolve().parents[2] / "plugins/callback/gpuenv_rollout.py"
+    pytest.importorskip("ansible")
+    spec = importlib.util.spec_from_file_location("gpuenv_rollout", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpuenv_rollout"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_rollout_summary_names_every_host(rollout: Any) -> None:
+    stack = {"driver": "535", "cuda": "12.4.1", "cudnn": "9.1.0.70", "torch": "2.5.1+cu124", "packages": ""}
+    old = {**stack, "cuda": "12.1.1"}
+    hosts = {
+        "sb1": {"state": "upgraded", "batch": 1, "was": old, "now": stack, "verify": "pass"},
+        "sb2": {
+            "state": "rolled back",
+            "batch": 2,
+            "was": old,
+            "now": old,
+            "verify": "pass",
+            "note": "upgrade failed at x",
+        },
+        "sb3": {"state": "waiting", "was": old},
+    }
+    text = rollout.render(hosts, "batch 2 failed (sb2); 1 host(s) were not touched (sb3)")
+    lines = text.splitlines()
+    assert lines[0].startswith("Rollout stopped: batch 2 failed")
+    assert "| sb1 | 1 | upgraded | driver 535, CUDA 12.4.1" in text
+    assert "| sb2 | 2 | rolled back | driver 535, CUDA 12.1.1" in text
+    assert "verify pass; upgrade failed at x" in text
+    assert "| sb3 | - | untouched: the rollout stopped before its batch | driver 535, CUDA 12.1.1" in text
+    assert rollout.render(hosts | {"sb3": {"state": "upgraded", "batch": 3}}, None).startswith("Rollout complete")

@@ -1,0 +1,294 @@
+"""Fleet operations on a sandbox fleet of 4 Debian 12 hosts (issue 9): a rolling upgrade, a second
+one that a broken host stops, drift, onboarding and pull mode.
+
+The hosts start on stack A (CUDA 12.1.1, torch 2.5.1+cu124 from PyPI through the download cache,
+cuDNN 9.1.0.70 from the mirror, the driver's user space): one host is provisioned with site.yml
+and the other three start from its snapshot. Then:
+  B  CUDA 12.4.1: rolled out to all, a canary and then two at a time;
+  C  CUDA 12.1.1 again and einops in the environment: sb3, in the second batch, has a broken PyPI
+     path, so its environment cannot be built after its toolkit default already moved; it must get
+     its B toolkit back, still verify, and the rollout must stop before sb4.
+Needs root; about a quarter of an hour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuenv.sandbox import fleet
+from gpuenv.tests.conftest import REPO, run_tool
+
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (network namespaces, mounts, nspawn)"),
+]
+
+MIRROR = f"http://{fleet.controller_ip()}:{fleet.MIRROR_PORT}"
+CACHE = fleet.cache_url()
+BASE_STACK = {
+    "profile": "torch-2.5-cu124",
+    "driver": "535",
+    "cudnn": "9.1.0.70",
+    "python": "3.11",
+    "torch": "2.5.1",
+    "torch_variant": "cu124",
+}
+STACK_A = {**BASE_STACK, "cuda": "12.1.1"}
+STACK_B = {**BASE_STACK, "cuda": "12.4.1"}
+STACK_C = {**BASE_STACK, "cuda": "12.1.1", "packages": ["einops==0.8.1"]}
+SITE_VARS = {
+    "cuda_toolkit_redist_url": f"{MIRROR}/compute/cuda/redist",
+    "cudnn_redist_url": f"{MIRROR}/compute/cudnn/redist",
+    "cuda_toolkit_components": ["cuda_cudart", "cuda_nvcc", "cuda_nvrtc"],
+    "pytorch_env_pypi_url": f"{CACHE}/pypi/simple",
+    "nvidia_driver_mode": "userspace",
+}
+
+
+class Site:
+    """An inventory directory of the sandbox's hosts with a declared stack, and the reports."""
+
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        self.root = root
+        self.inventory = root / "inventory"
+        self.reports = root / "reports"
+        self.env = env
+        (self.inventory / "group_vars").mkdir(parents=True, exist_ok=True)
+        (self.inventory / "host_vars").mkdir(exist_ok=True)
+
+    def declare(self, stack: dict[str, Any], host_vars: dict[str, dict[str, Any]] | None = None) -> None:
+        shutil.copy(fleet.State.load().inventory or "", self.inventory / "hosts.yml")
+        (self.inventory / "group_vars/gpu_hosts.yml").write_text(yaml.safe_dump({"gpu_stack": stack, **SITE_VARS}))
+        for old in (self.inventory / "host_vars").glob("*.yml"):
+            old.unlink()
+        for host, values in (host_vars or {}).items():
+            (self.inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
+
+    def play(self, playbook: str, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+        extra = {
+            "gpu_verify_reports_dir": str(self.reports / "verify"),
+            "gpuenv_upgrade_reports_dir": str(self.reports / "rollout"),
+            "gpuenv_drift_reports_dir": str(self.reports / "drift"),
+            "onboard_user_reports_dir": str(self.reports / "onboard"),
+        }
+        return run_tool(
+            "ansible-playbook",
+            "-i",
+            str(self.inventory),
+            f"playbooks/{playbook}",
+            "-e",
+            json.dumps(extra),
+            *args,
+            env=self.env,
+            timeout=timeout,
+        )
+
+
+def ssh(host: str, command: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    h = fleet.State.load().hosts[host]
+    return subprocess.run(fleet.ssh_argv(h, command), capture_output=True, text=True, check=False, timeout=timeout)
+
+
+def link(host: str, path: str) -> str:
+    return ssh(host, f"readlink {path}").stdout.strip()
+
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    """The last PLAY RECAP of a run: host -> {ok, changed, failed, ...}."""
+    out = {}
+    for line in stdout.rsplit("PLAY RECAP", 1)[1].splitlines():
+        if " : " in line:
+            host, counts = line.split(" : ", 1)
+            out[host.strip()] = {k: int(v) for k, v in (kv.split("=") for kv in counts.split())}
+    return out
+
+
+def summary(site: Site) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((site.reports / "rollout/summary.json").read_text())
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory, venv_env: dict[str, str]) -> Iterator[Site]:
+    root = tmp_path_factory.mktemp("fleet")
+    env = {**venv_env, "ANSIBLE_NOCOLOR": "1"}
+    fleet.down()
+    try:
+        fleet.up(1, ["debian12"], root / "hosts-1.yml")
+        s = Site(root, env)
+        s.declare(STACK_A)
+        first = s.play("site.yml")
+        assert first.returncode == 0, first.stdout[-4000:]
+        snap = fleet.snapshot("sb1", root / "snapshot")
+        fleet.down()
+        fleet.up(4, [], root / "hosts.yml", snapshot=snap)
+        s.declare(STACK_A)
+        yield s
+    finally:
+        fleet.down()
+
+
+def test_a_rolling_upgrade_reaches_every_host_a_batch_at_a_time(site: Site) -> None:
+    site.declare(STACK_B)
+    run = site.play("upgrade.yml")
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert "ROLLOUT SUMMARY" in run.stdout
+    got = summary(site)
+    assert got["stopped"] is None
+    assert {h: (v["state"], v["batch"]) for h, v in got["hosts"].items()} == {
+        "sb1": ("upgraded", 1),
+        "sb2": ("upgraded", 2),
+        "sb3": ("upgraded", 2),
+        "sb4": ("upgraded", 3),
+    }
+    for host in ("sb1", "sb2", "sb3", "sb4"):
+        assert link(host, "/usr/local/cuda") == "/usr/local/cuda-12.4"
+        assert ssh(host, "gpuenv-verify >/dev/null").returncode == 0
+    # The same stack again changes nothing.
+    again = site.play("upgrade.yml")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert {v["state"] for v in summary(site)["hosts"].values()} == {"unchanged"}
+    assert {h: c["changed"] for h, c in recap(again.stdout).items()} == dict.fromkeys(
+        ("localhost", "sb1", "sb2", "sb3", "sb4"), 0
+    )
+
+
+def test_a_host_that_fails_is_put_back_and_stops_the_rollout(site: Site) -> None:
+    env_before = {h: link(h, "/opt/gpuenv/envs/default") for h in ("sb3", "sb4")}
+    # sb3's PyPI path is broken: its environment cannot be built once its toolkit default moved.
+    site.declare(STACK_C, {"sb3": {"pytorch_env_pypi_url": f"{CACHE}/pypi/broken-path/simple"}})
+    run = site.play("upgrade.yml")
+    assert run.returncode != 0
+    got = summary(site)
+    states = {h: v["state"] for h, v in got["hosts"].items()}
+    assert states == {"sb1": "upgraded", "sb2": "upgraded", "sb3": "rolled back", "sb4": "waiting"}, got
+    assert "sb4" in (got["stopped"] or "")
+    assert got["hosts"]["sb3"]["verify"] == "pass"
+    assert "untouched: the rollout stopped before its batch" in (site.reports / "rollout/summary.md").read_text()
+    # sb3 has its previous toolkit default and environment, and verify passes on them.
+    assert link("sb3", "/usr/local/cuda") == "/usr/local/cuda-12.4"
+    assert link("sb3", "/opt/gpuenv/envs/default") == env_before["sb3"]
+    assert ssh("sb3", "gpuenv-verify >/dev/null").returncode == 0
+    # The batch after it was not touched at all.
+    assert link("sb4", "/usr/local/cuda") == "/usr/local/cuda-12.4"
+    assert link("sb4", "/opt/gpuenv/envs/default") == env_before["sb4"]
+    # The hosts that did upgrade run C.
+    for host in ("sb1", "sb2"):
+        assert link(host, "/usr/local/cuda") == "/usr/local/cuda-12.1"
+        assert ssh(host, "/opt/gpuenv/envs/default/bin/python -c 'import einops'").returncode == 0
+
+
+def test_drift_finds_a_host_changed_by_hand(site: Site) -> None:
+    site.declare(STACK_C)
+    hand = ssh(
+        "sb2",
+        "ln -sfn /usr/local/cuda-12.4 /usr/local/cuda && ldconfig && "
+        f"/opt/gpuenv/envs/default/bin/python -m pip install -q --index-url {CACHE}/pypi/simple "
+        f"--trusted-host {fleet.controller_ip()} six==1.16.0",
+    )
+    assert hand.returncode == 0, hand.stderr
+    run = site.play("drift.yml", "--limit", "sb1,sb2,localhost")
+    assert run.returncode != 0  # sb2 differs
+    counts = recap(run.stdout)
+    assert counts["sb1"]["changed"] == counts["sb2"]["changed"] == 0
+    assert (counts["sb1"]["failed"], counts["sb2"]["failed"]) == (0, 1)
+    reports = {h: json.loads((site.reports / f"drift/{h}.json").read_text()) for h in ("sb1", "sb2")}
+    assert reports["sb1"]["exit_code"] == 0, [c for c in reports["sb1"]["checks"] if c["status"] == "fail"]
+    failed = {c["id"]: c for c in reports["sb2"]["checks"] if c["status"] == "fail"}
+    assert {"drift.cuda_default", "drift.env_packages", "cuda_tree.toolkit"} <= set(failed), failed
+    assert failed["drift.env_packages"]["observed"]["added"] == ["six==1.16.0"]
+    md = (site.reports / "drift/drift.md").read_text()
+    assert "sb2 **FAILED**" in md
+    assert "drift" in md.splitlines()[0]
+    # Drift changed nothing: the hand changes are still there.
+    assert link("sb2", "/usr/local/cuda") == "/usr/local/cuda-12.4"
+
+
+def test_onboarding_a_new_member_ends_with_verify_run_as_them(site: Site) -> None:
+    run = site.play("onboard.yml", "--limit", "sb1", "-e", "onboard_user_name=carol")
+    assert run.returncode == 0, run.stdout[-4000:]
+    report = json.loads((site.reports / "onboard/sb1-carol.json").read_text())
+    assert report["exit_code"] == 0
+    assert "What to type next" in run.stdout
+    groups = ssh("sb1", "id -nG carol").stdout.split()
+    assert "gpuenv" in groups
+    # Their own shells, login or not, find the environment.
+    shells = ssh("sb1", "su - carol -c 'command -v python' && su carol -c 'bash -ic \"command -v python\"'")
+    assert shells.stdout.split() == ["/opt/gpuenv/envs/default/bin/python"] * 2, shells.stdout + shells.stderr
+    assert ssh("sb1", "test -s ~carol/WELCOME-gpuenv.txt").returncode == 0
+    again = site.play("onboard.yml", "--limit", "sb1", "-e", "onboard_user_name=carol")
+    assert again.returncode == 0
+    assert recap(again.stdout)["sb1"]["changed"] == 0
+
+
+def _site_repo(site: Site, stack: dict[str, Any]) -> Path:
+    """The site's git repository: this repository's files with the site's inventory added."""
+    work = site.root / "site-repo"
+    shutil.rmtree(work, ignore_errors=True)
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],  # noqa: S607
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for name in filter(None, files):
+        src = REPO / name
+        if src.is_file():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, work / name)
+    inventory = work / "inventory/site"
+    (inventory / "group_vars").mkdir(parents=True)
+    hosts = {"all": {"children": {"gpu_hosts": {"hosts": {"sb4": {}}}}}}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    site_vars = {"gpu_stack": stack, **SITE_VARS, "ansible_python_interpreter": "/usr/bin/python3"}
+    (inventory / "group_vars/gpu_hosts.yml").write_text(yaml.safe_dump(site_vars))
+    git = ["git", "-c", "user.name=gpuenv test", "-c", "user.email=test@gpuenv.invalid"]
+    for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "site"]):
+        subprocess.run([*git, *argv], cwd=work, check=True)
+    bare = site.root / "gpuenv-site.git"
+    shutil.rmtree(bare, ignore_errors=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True)  # noqa: S607
+    return bare
+
+
+def test_pull_mode_applies_the_stack_and_a_second_pull_changes_nothing(site: Site) -> None:
+    bare = _site_repo(site, STACK_C)
+    # The repository is on the host itself, as a local git repository (no git server needed).
+    tar = subprocess.run(["tar", "-C", str(bare.parent), "-czf", "-", bare.name], capture_output=True, check=True)  # noqa: S607
+    h = fleet.State.load().hosts["sb4"]
+    placed = subprocess.run(
+        fleet.ssh_argv(h, "mkdir -p /srv && tar -C /srv -xzf -"), input=tar.stdout, capture_output=True, check=False
+    )
+    assert placed.returncode == 0, placed.stderr
+    site.declare(STACK_B)
+    setup = site.play(
+        "pull.yml",
+        "--limit",
+        "sb4",
+        "-e",
+        json.dumps({"pull_mode_repo_url": "/srv/gpuenv-site.git", "pull_mode_inventory": "inventory/site"}),
+    )
+    assert setup.returncode == 0, setup.stdout[-4000:]
+    assert ssh("sb4", "systemctl is-enabled gpuenv-pull.timer").stdout.strip() == "enabled"
+    first = ssh("sb4", "systemctl start gpuenv-pull.service", timeout=1800)
+    log = ssh("sb4", "cat /var/log/gpuenv-pull.log").stdout
+    assert first.returncode == 0, log[-4000:]
+    # sb4 was on B, untouched by the rollout; the site's repository declares C.
+    assert link("sb4", "/usr/local/cuda") == "/usr/local/cuda-12.1"
+    assert ssh("sb4", "/opt/gpuenv/envs/default/bin/python -c 'import einops'").returncode == 0
+    assert ssh("sb4", "test -s /var/lib/gpuenv/pull/checkout/reports/sb4.json").returncode == 0
+    second = ssh("sb4", "systemctl start gpuenv-pull.service", timeout=1800)
+    log = ssh("sb4", "cat /var/log/gpuenv-pull.log").stdout
+    assert second.returncode == 0, log[-4000:]
+    counts = recap(log)["sb4"]
+    assert (counts["changed"], counts["failed"]) == (0, 0), log.rsplit("PLAY RECAP", 1)[1]

@@ -1,0 +1,213 @@
+"""The sandbox's download cache against a local stand-in for Debian's archive and PyPI: one upstream
+fetch for many concurrent clients, the immutable-or-not rule, PyPI pages rewritten, upstream errors
+passed on and not cached, and byte counts that match what upstream sent."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import http.server
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from gpuenv.sandbox import cache
+
+BIG = bytes(range(256)) * (6 * 4096)  # 6 MiB, sent slowly so that clients overlap
+SLOW_CHUNK = 256 * 1024
+
+
+class Upstream(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    hits: ClassVar[collections.Counter[str]] = collections.Counter()
+    release = b"Suite: bookworm\n"
+    page = ""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        type(self).hits[self.path] += 1
+        if self.path == "/debian/pool/main/n/nvidia/big.deb":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(BIG)))
+            self.end_headers()
+            for i in range(0, len(BIG), SLOW_CHUNK):
+                self.wfile.write(BIG[i : i + SLOW_CHUNK])
+                self.wfile.flush()
+                time.sleep(0.02)
+        elif self.path == "/debian/dists/bookworm/InRelease":
+            self._body(type(self).release)
+        elif self.path == "/simple/demo/":
+            self._body(type(self).page.encode())
+        elif self.path == "/files/ab/cd/demo-1.0-py3-none-any.whl":
+            self._body(b"wheel bytes")
+        else:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    def _body(self, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[str, str, cache.Cache]]:
+    Upstream.hits = collections.Counter()
+    up = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    up.daemon_threads = True
+    upstream = f"http://127.0.0.1:{up.server_address[1]}"
+    Upstream.page = (
+        f'<a href="{upstream}/files/ab/cd/demo-1.0-py3-none-any.whl#sha256={"0" * 64}">demo-1.0-py3-none-any.whl</a>'
+    )
+    port = _free_port()
+    c = cache.Cache(
+        tmp_path / "cache",
+        files_base=f"http://127.0.0.1:{port}/pypi/files",
+        pypi_simple=f"{upstream}/simple",
+        pypi_files=f"{upstream}/files",
+    )
+    srv = cache.Server(("127.0.0.1", port), c)
+    for s in (up, srv):
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    yield upstream, f"http://127.0.0.1:{port}", c
+    for s in (up, srv):
+        s.shutdown()
+        s.server_close()
+
+
+def _via_proxy(proxy: str, url: str) -> bytes:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+    with opener.open(url, timeout=30) as response:
+        data: bytes = response.read()
+        return data
+
+
+def test_concurrent_clients_share_one_upstream_fetch(servers: tuple[str, str, cache.Cache]) -> None:
+    upstream, proxy, c = servers
+    url = f"{upstream}/debian/pool/main/n/nvidia/big.deb"
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        bodies = list(pool.map(lambda _: _via_proxy(proxy, url), range(6)))
+    assert all(hashlib.sha256(b).digest() == hashlib.sha256(BIG).digest() for b in bodies)
+    assert Upstream.hits["/debian/pool/main/n/nvidia/big.deb"] == 1
+    # Later requests come from the controller's disk.
+    assert _via_proxy(proxy, url) == BIG
+    assert Upstream.hits["/debian/pool/main/n/nvidia/big.deb"] == 1
+    stats = cache.stats(proxy)
+    assert stats["upstream_bytes"] == len(BIG)
+    assert stats["upstream_requests"] == 1
+    assert stats["served_bytes"] == 7 * len(BIG)
+    # Each client alone would have fetched the file once: what a lone host costs upstream.
+    assert stats["clients"]["127.0.0.1"] == {"served_bytes": 7 * len(BIG), "alone_bytes": len(BIG)}
+    logged = [json.loads(line) for line in (c.directory / "upstream.jsonl").read_text().splitlines()]
+    assert logged == [{"t": logged[0]["t"], "url": url, "bytes": len(BIG), "kind": "cached"}]
+
+
+def test_clients_that_arrive_while_the_download_ends_get_it_whole(servers: tuple[str, str, cache.Cache]) -> None:
+    """Clients that attach at any moment, the last ones as the part file becomes the final one."""
+    upstream, proxy, _ = servers
+    url = f"{upstream}/debian/pool/main/n/nvidia/big.deb"
+
+    def late(delay: float) -> bytes:
+        time.sleep(delay)
+        return _via_proxy(proxy, url)
+
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        bodies = list(pool.map(late, [i * 0.03 for i in range(24)]))
+    assert all(b == BIG for b in bodies)
+    assert Upstream.hits["/debian/pool/main/n/nvidia/big.deb"] == 1
+
+
+def test_the_part_or_the_final_file_is_opened(tmp_path: Path) -> None:
+    final = tmp_path / "x.deb"
+    final.write_bytes(b"done")
+    with cache._open_either(tmp_path / "x.deb.part", final) as f:  # renamed before it was opened
+        assert f.read() == b"done"
+
+
+def test_what_may_change_is_fetched_every_time(servers: tuple[str, str, cache.Cache]) -> None:
+    upstream, proxy, _ = servers
+    url = f"{upstream}/debian/dists/bookworm/InRelease"
+    assert _via_proxy(proxy, url) == b"Suite: bookworm\n"
+    Upstream.release = b"Suite: bookworm\nDate: later\n"
+    assert _via_proxy(proxy, url) == b"Suite: bookworm\nDate: later\n"
+    assert Upstream.hits["/debian/dists/bookworm/InRelease"] == 2
+    # A lone client pays for every passed-through request.
+    assert cache.stats(proxy)["clients"]["127.0.0.1"]["alone_bytes"] == 16 + 28
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - http to the test's own servers
+        data: bytes = response.read()
+        return data
+
+
+def test_pypi_pages_point_at_the_cache_and_files_are_kept(servers: tuple[str, str, cache.Cache]) -> None:
+    _, base, _ = servers
+    page = _get(f"{base}/pypi/simple/demo/").decode()
+    assert f'href="{base}/pypi/files/ab/cd/demo-1.0-py3-none-any.whl#sha256=' in page
+    _get(f"{base}/pypi/simple/demo/")
+    assert Upstream.hits["/simple/demo/"] == 1  # kept for PAGE_TTL_S
+    for _ in range(2):
+        assert _get(f"{base}/pypi/files/ab/cd/demo-1.0-py3-none-any.whl") == b"wheel bytes"
+    assert Upstream.hits["/files/ab/cd/demo-1.0-py3-none-any.whl"] == 1
+
+
+def test_upstream_errors_reach_the_client_and_are_not_cached(servers: tuple[str, str, cache.Cache]) -> None:
+    upstream, proxy, c = servers
+    url = f"{upstream}/debian/pool/main/g/gone/gone_1.0_amd64.deb"
+    for _ in range(2):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            _via_proxy(proxy, url)
+        assert info.value.code == 404
+        assert "gone_1.0_amd64.deb: upstream answered 404" in info.value.read().decode()
+    assert Upstream.hits["/debian/pool/main/g/gone/gone_1.0_amd64.deb"] == 2
+    assert not list(c.directory.rglob("gone_1.0_amd64.deb*"))
+
+
+def test_a_client_that_hangs_up_does_not_end_the_download(servers: tuple[str, str, cache.Cache]) -> None:
+    upstream, proxy, c = servers
+    url = f"{upstream}/debian/pool/main/n/nvidia/big.deb"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+    response = opener.open(url, timeout=30)
+    assert response.read(1000) == BIG[:1000]
+    response.close()
+    final = c.directory / cache.cache_key(url)
+    deadline = time.monotonic() + 20
+    while not final.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert final.read_bytes() == BIG
+    assert not final.with_name(final.name + ".part").exists()
+
+
+def test_partial_files_of_a_killed_server_are_removed(tmp_path: Path) -> None:
+    part = tmp_path / "c/http/deb.debian.org/debian/pool/x.deb.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"half")
+    cache.Cache(tmp_path / "c", files_base="http://x/pypi/files")
+    assert not part.exists()
+
+
+def test_cache_keys_stay_inside_the_cache() -> None:
+    key = cache.cache_key("http://deb.debian.org/debian/../../etc/passwd")
+    assert key == "http/deb.debian.org/debian/etc/passwd"
+    assert ".." not in cache.cache_key("https://files.pythonhosted.org/packages/a/../b c.whl?x=1")

@@ -1,0 +1,53 @@
+"""Filters for the fleet playbooks (drift.yml, upgrade.yml), calling gpuenv.drift (tested in
+gpuenv/tests/test_drift.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+try:
+    from gpuenv import drift
+except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from gpuenv import drift
+
+
+def gpuenv_drift(
+    resolved: dict[str, Any],
+    facts: dict[str, Any],
+    *,
+    cuda_link: str | None = None,
+    env_link: str | None = None,
+    lock: str | None = None,
+    freeze: str | None = None,
+) -> list[dict[str, Any]]:
+    """The drift.* checks of one host, in gpuenv verify's check format."""
+    return drift.compare(
+        dict(resolved or {}),
+        dict(facts or {}),
+        cuda_link=cuda_link or None,
+        env_link=env_link or None,
+        lock=lock,
+        freeze=freeze,
+    )
+
+
+def gpuenv_merge_report(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A verify report with more checks in it, its counts and exit code recomputed."""
+    return drift.merge_report(dict(report or {}), list(checks or []))
+
+
+def gpuenv_stack_summary(resolved: dict[str, Any] | None) -> dict[str, str]:
+    """The few versions a rollout summary shows of a resolved stack ({} when there is none)."""
+    return drift.stack_summary(dict(resolved or {}))
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "gpuenv_drift": gpuenv_drift,
+            "gpuenv_merge_report": gpuenv_merge_report,
+            "gpuenv_stack_summary": gpuenv_stack_summary,
+        }
