@@ -522,6 +522,15 @@ def _merge_downloads(src: Path, dest: Path) -> None:
 
 
 # --- the machine ------------------------------------------------------------------------------------
+def _git(*args: str) -> str:
+    return subprocess.run(  # noqa: S603
+        ["git", "-C", str(ROOT), *args],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+
+
 def machine() -> dict[str, Any]:
     cpu = "unknown CPU"
     with contextlib.suppress(OSError):
@@ -537,12 +546,9 @@ def machine() -> dict[str, Any]:
         for line in Path("/etc/os-release").read_text().splitlines():
             if line.startswith("PRETTY_NAME="):
                 os_name = line.split("=", 1)[1].strip('"')
-    commit = subprocess.run(  # noqa: S603
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],  # noqa: S607
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    commit, dirty = _git("rev-parse", "--short", "HEAD"), _git("status", "--porcelain", "--untracked-files=no")
+    if commit and dirty:
+        commit += " with uncommitted changes"
     return {
         "cpus": os.cpu_count(),
         "cpu": cpu,

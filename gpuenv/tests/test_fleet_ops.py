@@ -7,7 +7,8 @@ and the other three start from its snapshot. Then:
   B  CUDA 12.4.1: rolled out to all, a canary and then two at a time;
   C  CUDA 12.1.1 again and einops in the environment: sb3, in the second batch, has a broken PyPI
      path, so its environment cannot be built after its toolkit default already moved; it must get
-     its B toolkit back, still verify, and the rollout must stop before sb4.
+     its B toolkit back, still verify, and the rollout must stop before sb4;
+  a host whose GPU runs a job (a stand-in nvidia-smi says so) is refused, and left as it was.
 Needs root; about a quarter of an hour.
 """
 
@@ -187,6 +188,36 @@ def test_a_host_that_fails_is_put_back_and_stops_the_rollout(site: Site) -> None
         assert ssh(host, "/opt/gpuenv/envs/default/bin/python -c 'import einops'").returncode == 0
 
 
+def test_a_host_whose_gpus_are_busy_is_refused_and_left_as_it_was(site: Site) -> None:
+    # A stand-in nvidia-smi that reports a training job on the GPU (the real one finds no driver).
+    shim = (
+        "#!/bin/sh\n"
+        'case "$*" in *--query-compute-apps*) echo "4242, python3 train.py, 1024 MiB"; exit 0;; esac\n'
+        'exec /usr/bin/nvidia-smi.real "$@"\n'
+    )
+    h = fleet.State.load().hosts["sb4"]
+    put = (
+        "mv /usr/bin/nvidia-smi /usr/bin/nvidia-smi.real && cat > /usr/bin/nvidia-smi && chmod 755 /usr/bin/nvidia-smi"
+    )
+    placed = subprocess.run(fleet.ssh_argv(h, put), input=shim, capture_output=True, text=True, check=False)
+    assert placed.returncode == 0, placed.stderr
+    try:
+        before = (link("sb4", "/usr/local/cuda"), link("sb4", "/opt/gpuenv/envs/default"))
+        site.declare(STACK_C)
+        for extra in (
+            [],
+            ["-e", '{"fleet_upgrade_busy": "wait", "fleet_upgrade_wait_timeout": 4, "fleet_upgrade_wait_interval": 2}'],
+        ):
+            run = site.play("upgrade.yml", "--limit", "sb4", *extra)
+            assert run.returncode != 0
+            sb4 = summary(site)["hosts"]["sb4"]
+            assert sb4["state"] == "refused"
+            assert "4242, python3 train.py" in sb4["note"]
+            assert (link("sb4", "/usr/local/cuda"), link("sb4", "/opt/gpuenv/envs/default")) == before
+    finally:
+        ssh("sb4", "mv /usr/bin/nvidia-smi.real /usr/bin/nvidia-smi")
+
+
 def test_drift_finds_a_host_changed_by_hand(site: Site) -> None:
     site.declare(STACK_C)
     hand = ssh(
@@ -262,7 +293,7 @@ def _site_repo(site: Site, stack: dict[str, Any]) -> Path:
 
 
 def test_pull_mode_applies_the_stack_and_a_second_pull_changes_nothing(site: Site) -> None:
-    bare = _site_repo(site, STACK_C)
+    bare = _site_repo(site, STACK_A)
     # The repository is on the host itself, as a local git repository (no git server needed).
     tar = subprocess.run(["tar", "-C", str(bare.parent), "-czf", "-", bare.name], capture_output=True, check=True)  # noqa: S607
     h = fleet.State.load().hosts["sb4"]
@@ -283,9 +314,10 @@ def test_pull_mode_applies_the_stack_and_a_second_pull_changes_nothing(site: Sit
     first = ssh("sb4", "systemctl start gpuenv-pull.service", timeout=1800)
     log = ssh("sb4", "cat /var/log/gpuenv-pull.log").stdout
     assert first.returncode == 0, log[-4000:]
-    # sb4 was on B, untouched by the rollout; the site's repository declares C.
+    # sb4 was on B (CUDA 12.4.1), untouched by the rollout; the site's repository declares A (12.1.1).
     assert link("sb4", "/usr/local/cuda") == "/usr/local/cuda-12.1"
-    assert ssh("sb4", "/opt/gpuenv/envs/default/bin/python -c 'import einops'").returncode == 0
+    facts = json.loads(ssh("sb4", "cat /etc/ansible/facts.d/gpuenv.fact").stdout)
+    assert facts["resolved"]["cuda"] == "12.1.1"
     assert ssh("sb4", "test -s /var/lib/gpuenv/pull/checkout/reports/sb4.json").returncode == 0
     second = ssh("sb4", "systemctl start gpuenv-pull.service", timeout=1800)
     log = ssh("sb4", "cat /var/log/gpuenv-pull.log").stdout
