@@ -80,8 +80,37 @@ TARGETS = {
 }
 
 
+# A provisioned sandbox host's own layer (torch's environment, two CUDA trees, the driver) is about
+# 7.5 GB; the cold phase's empty download cache fills to 3.3 GB; the fan-out's snapshot is one more
+# host. A disk that fills mid-run fails pip with ENOSPC a quarter of an hour in, so it is checked first.
+HOST_GB = 8.0
+EXTRA_GB = 4.0
+
+
 class BenchError(Exception):
     """The benchmark cannot go on; the message says why and what to do."""
+
+
+def disk_needed_gb(settings: dict[str, Any]) -> float:
+    """The most the run holds on disk at once: its largest fresh fleet, and the snapshot beside it."""
+    fresh = max(settings["bytes_sizes"]) if "bytes" in settings["phases"] else 2  # a pair is 2 hosts
+    return HOST_GB * (fresh + 1) + EXTRA_GB
+
+
+def check_disk(settings: dict[str, Any]) -> None:
+    need = disk_needed_gb(settings)
+    for where in {fleet.sandbox_dir(), work_dir()}:
+        probe = where
+        while not probe.exists():
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free / 1e9
+        if free < need:
+            raise BenchError(
+                f"{where} has {free:.0f} GB free and this run needs about {need:.0f} GB (hosts of about"
+                f" {HOST_GB:.0f} GB each); nothing was started. Free space there (old pytest roots in"
+                " /tmp/pytest-of-root, old logs and snapshots in the bench directory), point GPUENV_BENCH_DIR"
+                " elsewhere, or run fewer phases (--only)"
+            )
 
 
 def work_dir() -> Path:
@@ -298,11 +327,17 @@ class Bench:
         machine is counted. The hosts stay up."""
         downloads = Path(tempfile.mkdtemp(prefix=f"downloads-{hosts}-", dir=work_dir()))
         say(f"bytes: {hosts} fresh host(s) together, empty download cache")
-        self.fresh_fleet(hosts, downloads=downloads)
-        before = forwarded_bytes()
-        record = self.playbook(f"cold-{hosts}")
-        stats = cache.stats(fleet.cache_url())
-        direct = forwarded_bytes() - before
+        try:
+            self.fresh_fleet(hosts, downloads=downloads)
+            before = forwarded_bytes()
+            record = self.playbook(f"cold-{hosts}")
+            stats = cache.stats(fleet.cache_url())
+            direct = forwarded_bytes() - before
+        except BaseException:
+            # A failed run's finished files still warm the machine's cache; its GBs do not stay behind.
+            fleet.stop_cache()
+            _merge_downloads(downloads, fleet.downloads_dir())
+            raise
         ips = {h.ip: name for name, h in fleet.State.load().hosts.items()}
         figures = {
             "hosts": hosts,
@@ -513,7 +548,8 @@ class Bench:
 def _merge_downloads(src: Path, dest: Path) -> None:
     """What a cold run fetched warms the machine's own cache for the runs after it."""
     for path in src.rglob("*"):
-        if path.is_file() and path.name != "upstream.jsonl":
+        # Not its log, and not a file a failed run left half-fetched.
+        if path.is_file() and path.name != "upstream.jsonl" and path.suffix != ".part":
             target = dest / path.relative_to(src)
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -586,6 +622,8 @@ def plan_for(quick: bool) -> dict[str, Any]:
 def run(settings: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     if os.geteuid() != 0:
         raise BenchError("the benchmarks boot sandbox hosts, which needs root: run bench/run as root")
+    work_dir().mkdir(parents=True, exist_ok=True)
+    check_disk(settings)
     log_dir = work_dir() / "logs" / dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     log_dir.mkdir(parents=True, exist_ok=True)
     say(f"logs in {log_dir}")
@@ -608,6 +646,8 @@ def run(settings: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     finally:
         with contextlib.suppress(BenchError):
             sandbox("down", log=log_dir / "sandbox.log")
+        # A failed fan-out's 7.5 GB (by its fixed path: bench.snapshot may be Path(), "none wanted").
+        shutil.rmtree(work_dir() / "snapshot", ignore_errors=True)
     bench.results["total_wall_s"] = round(time.perf_counter() - start, 1)
     write_outputs(bench.results, out_dir)
     return bench.results
@@ -657,6 +697,7 @@ def dry_run() -> int:
         raise BenchError(f"bench/floor.sh does not parse: {syntax.stderr}")
     for quick in (True, False):
         print(f"{'quick' if quick else 'full'} plan: {json.dumps(plan_for(quick))}")
+        print(f"  disk it needs free: about {disk_needed_gb(plan_for(quick)):.0f} GB")
     sample = json.loads((ROOT / "bench/sample-results.json").read_text())
     out = Path(tempfile.mkdtemp(prefix="gpuenv-bench-dry-"))
     try:

@@ -136,6 +136,8 @@ def site(tmp_path_factory: pytest.TempPathFactory, venv_env: dict[str, str]) -> 
         yield s
     finally:
         fleet.down()
+        # A provisioned host's layer is 7.5 GB, and pytest keeps its last three runs' directories.
+        shutil.rmtree(root / "snapshot", ignore_errors=True)
 
 
 def test_a_rolling_upgrade_reaches_every_host_a_batch_at_a_time(site: Site) -> None:
