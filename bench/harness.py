@@ -201,13 +201,13 @@ def playbook(
             )
         except subprocess.TimeoutExpired:
             raise BenchError(
-                f"site.yml ({label}) did not finish within {PLAYBOOK_TIMEOUT_S} s: a host hangs; its output so far is "
-                f"in {log_dir / (label + '.log')}, and `scripts/sandbox status` shows the hosts"
+                f"{book.name} ({label}) did not finish within {PLAYBOOK_TIMEOUT_S} s: a host hangs; its output so far "
+                f"is in {log_dir / (label + '.log')}, and `scripts/sandbox status` shows the hosts"
             ) from None
     wall = time.perf_counter() - start
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise BenchError(f"site.yml ({label}) failed; its output is in {log_dir / (label + '.log')}")
+        raise BenchError(f"{book.name} ({label}) failed; its output is in {log_dir / (label + '.log')}")
     record: dict[str, Any] = json.loads(timing.read_text())
     record["measured_wall_s"] = round(wall, 2)
     # The sandbox hosts share this machine's cores with the controller: what Ansible itself cost
@@ -294,7 +294,8 @@ class Bench:
         self.log_dir = log_dir
         self.extra_vars = {"nvidia_driver_mode": settings["driver_mode"]}
         self.results: dict[str, Any] = {}
-        self.snapshot: Path | None = None
+        self.snapshot: Path | None = None  # the fan-out's, once taken
+        self.provisioned = False  # noop, verify, onboard and the snapshot have had their host
 
     # --- helpers ---
     def playbook(self, label: str, limit: list[str] | None = None) -> dict[str, Any]:
@@ -305,8 +306,7 @@ class Bench:
         if downloads is not None:
             env["GPUENV_SANDBOX_DOWNLOADS"] = str(downloads)
         log = self.log_dir / "sandbox.log"
-        sandbox("down", env=env, log=log)
-        (fleet.sandbox_dir() / "mirror.log").unlink(missing_ok=True)
+        sandbox("down", env=env, log=log)  # which also drops the mirror's log, counted per phase
         args = ["up", str(count), "--os", "debian12"]
         if snapshot:
             args += ["--snapshot", str(snapshot)]
@@ -333,11 +333,11 @@ class Bench:
             record = self.playbook(f"cold-{hosts}")
             stats = cache.stats(fleet.cache_url())
             direct = forwarded_bytes() - before
-        except BaseException:
-            # A failed run's finished files still warm the machine's cache; its GBs do not stay behind.
+        finally:
+            # What this cold run fetched (a failed one's finished files too) goes to the machine's
+            # own cache, and its GBs do not stay behind.
             fleet.stop_cache()
             _merge_downloads(downloads, fleet.downloads_dir())
-            raise
         ips = {h.ip: name for name, h in fleet.State.load().hosts.items()}
         figures = {
             "hosts": hosts,
@@ -354,17 +354,14 @@ class Bench:
             "stages": stage_times(record),
         }
         say(f"bytes: {hosts} host(s): {figures['upstream_bytes'] / 1e9:.2f} GB from upstream")
-        # The hosts stay up for what follows, served again from the machine's own cache, which
-        # gets what this cold run fetched.
-        fleet.stop_cache()
-        _merge_downloads(downloads, fleet.downloads_dir())
-        fleet.serve_cache()
+        fleet.serve_cache()  # the hosts stay up for what follows, served from the machine's cache
         return figures
 
     # --- 2, 4 and the fan-out's snapshot: on a host site.yml has just provisioned ---
     def provisioned_host(self) -> None:
-        if self.snapshot is not None:
+        if self.provisioned:
             return
+        self.provisioned = True
         s = self.settings
         if "noop" in s["phases"]:
             with self.phase("noop"):
@@ -380,8 +377,6 @@ class Bench:
                 self.snapshot = work_dir() / "snapshot"
                 say("snapshot of the provisioned host, for the fan-out")
                 sandbox("snapshot", "sb1", str(self.snapshot), log=self.log_dir / "sandbox.log")
-        else:
-            self.snapshot = Path()
 
     def noop(self, runs: int) -> dict[str, Any]:
         records = [self.playbook(f"noop-{i + 1}", limit=["sb1"]) for i in range(runs)]
@@ -482,7 +477,7 @@ class Bench:
 
     # --- 3. fan-out ---
     def fanout(self, sizes: list[int]) -> dict[str, Any]:
-        if not self.snapshot or not self.snapshot.is_dir():
+        if self.snapshot is None or not self.snapshot.is_dir():
             raise BenchError("the fan-out starts its hosts from a provisioned host's snapshot, and there is none")
         biggest = max(sizes)
         say(f"fan-out: {biggest} hosts from the snapshot")
@@ -531,7 +526,7 @@ class Bench:
                 one = {"hosts": 1, "derived": True, "upstream_bytes": many["alone_bytes"]["sb1"]}
             self.results["bytes"] = {"1": one, str(many["hosts"]): many}
             self.provisioned_host()  # quick: sb1 of the cold fleet
-        if "pairs" in phases or ({"noop", "verify", "onboard", "fanout"} & set(phases) and self.snapshot is None):
+        if "pairs" in phases or ({"noop", "verify", "onboard", "fanout"} & set(phases) and not self.provisioned):
             with self.phase("pairs"):
                 pairs = self.pairs(s["pairs"])
             if "pairs" in phases:
@@ -629,7 +624,7 @@ def run(settings: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     say(f"logs in {log_dir}")
     plan = stack_plan()
     say("the local NVIDIA mirror (built once, then verified)")
-    subprocess.run([str(ROOT / "scripts/sandbox"), "mirror", "build"], check=True, capture_output=True)  # noqa: S603
+    sandbox("mirror", "build", log=log_dir / "sandbox.log")
     bench = Bench(settings, plan, log_dir)
     bench.results.update(
         {
@@ -646,7 +641,7 @@ def run(settings: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     finally:
         with contextlib.suppress(BenchError):
             sandbox("down", log=log_dir / "sandbox.log")
-        # A failed fan-out's 7.5 GB (by its fixed path: bench.snapshot may be Path(), "none wanted").
+        # A failed fan-out's 7.5 GB.
         shutil.rmtree(work_dir() / "snapshot", ignore_errors=True)
     bench.results["total_wall_s"] = round(time.perf_counter() - start, 1)
     write_outputs(bench.results, out_dir)
@@ -664,7 +659,7 @@ def write_outputs(results: dict[str, Any], out_dir: Path) -> None:
     if out_dir == DOCS_DIR:
         replace_section(DOCS, section, image_prefix="benchmarks/")
     else:
-        (out_dir / "benchmarks.md").write_text(section.replace("](", "](") + "\n")
+        (out_dir / "benchmarks.md").write_text(section + "\n")
         say(f"results in {out_dir} (docs/ untouched: only the full run writes there)")
 
 
@@ -739,7 +734,6 @@ def main(argv: list[str] | None = None) -> int:
                 raise BenchError(f"unknown phase(s) {', '.join(sorted(unknown))}; phases: {', '.join(PHASES)}")
             bench["phases"] = [p for p in PHASES if p in args.only.split(",")]
         out = args.out or (work_dir() / "quick" if args.quick else DOCS_DIR)
-        work_dir().mkdir(parents=True, exist_ok=True)
         run(bench, out)
     except BenchError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)

@@ -203,7 +203,10 @@ def merge_report(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[s
     """A gpuenv verify report (schema 1) with the drift checks added: counts and the exit code
     follow (1 when any check fails), so the fleet report marks a drifted host."""
     merged = dict(report)
-    merged["checks"] = [c for c in report.get("checks", []) if not str(c.get("id", "")).startswith("drift.")] + checks
+    # A drift check replaces the report's check of the same id; any other stays (the playbook's
+    # stand-in report for a host verify could not run on is a drift.verify failure of its own).
+    replaced = {c.get("id") for c in checks}
+    merged["checks"] = [c for c in report.get("checks", []) if c.get("id") not in replaced] + checks
     merged["counts"] = {s: sum(c["status"] == s for c in merged["checks"]) for s in ("pass", "fail", "warn", "skip")}
     merged["exit_code"] = 1 if merged["counts"]["fail"] else 0
     return merged

@@ -47,6 +47,11 @@ def unsatisfied(status: dict[str, dict[str, str]], wanted: list[str]) -> list[st
     return missing
 
 
+def unheld(status: dict[str, dict[str, str]], packages: list[str]) -> list[str]:
+    """The packages dpkg does not hold (selection "h"), whether installed or not."""
+    return [p for p in packages if status.get(p, {}).get("want") != "h"]
+
+
 def upstream(debian_version: str) -> str:
     """535.309.01 from the Debian version 535.309.01-0+deb12u1 (and from 1:535.309.01-1)."""
     return debian_version.split(":", 1)[-1].split("-", 1)[0]

@@ -697,7 +697,12 @@ def _gpu_count_without_cuda_init(ctx: Context) -> int:
     if not ctx.torch.version.cuda or shutil.which("nvidia-smi") is None:
         return 0
     listing = _run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], timeout=30)
-    return len(listing.stdout.split()) if listing.returncode == 0 else 0
+    gpus = len(listing.stdout.split()) if listing.returncode == 0 else 0
+    # nvidia-smi lists every GPU; the ranks see only those CUDA_VISIBLE_DEVICES leaves them.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        gpus = min(gpus, len([d for d in visible.split(",") if d.strip()]))
+    return gpus
 
 
 def check_distributed(ctx: Context) -> Check:
@@ -729,7 +734,7 @@ def check_distributed(ctx: Context) -> Check:
             proc.kill()
     seconds = round(time.perf_counter() - start, 3)
     backends = sorted({b for _, b, _, _ in found if b != "?"})
-    backend = backends[0] if len(backends) == 1 else "/".join(backends) or "?"
+    backend = "/".join(backends) or "?"
     problems = [msg for _, _, ok, msg in found if not ok and msg]
     if len(found) < world:
         problems.append(f"{world - len(found)} of {world} ranks did not report within 120 s (hung or crashed)")

@@ -513,6 +513,9 @@ def up(
     oses = oses or ["debian12"]
     for o in oses:
         roots.release(o)
+    # Absolute: the path goes into the state and the overlays, which later commands read from
+    # whatever directory they run in.
+    snapshot = snapshot.resolve() if snapshot else None
     snap = _read_snapshot(snapshot) if snapshot else None
     state = State.load()
     pubkey = _ensure_key()

@@ -117,6 +117,15 @@ def test_a_merged_report_counts_and_fails_with_its_drift() -> None:
     assert merged["counts"] == {"pass": 7, "fail": 1, "warn": 0, "skip": 0}
 
 
+def test_a_host_verify_could_not_run_on_stays_failed_after_the_merge() -> None:
+    # playbooks/drift.yml's stand-in report when gpuenv-verify is missing on the host.
+    could_not_run = {"id": "drift.verify", "status": "fail", "summary": "gpuenv verify could not run on the host"}
+    report = {"schema_version": 1, "host": "sb1", "checks": [could_not_run]}
+    merged = drift.merge_report(report, list(_compare().values()))
+    assert could_not_run in merged["checks"]
+    assert merged["exit_code"] == 1
+
+
 def test_the_summary_of_a_stack() -> None:
     resolved = _facts()["gpuenv"]["resolved"]
     summary = drift.stack_summary(resolved)

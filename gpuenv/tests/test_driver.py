@@ -126,3 +126,12 @@ def test_dpkg_query_tells_installed_held_and_absent() -> None:
 def test_unsatisfied_lists_what_apt_must_install(wanted: list[str], missing: list[str]) -> None:
     status = driver.parse_dpkg_query(_read("dpkg-query-status-nvidia-bookworm.txt"))
     assert driver.unsatisfied(status, wanted) == missing
+
+
+def test_unheld_lists_what_the_role_must_hold() -> None:
+    status = driver.parse_dpkg_query(_read("dpkg-query-status-nvidia-bookworm.txt"))
+    assert driver.unheld(status, ["libcuda1", "nvidia-kernel-dkms", "nvidia-smi", "firmware-nvidia-gsp"]) == [
+        "libcuda1",
+        "nvidia-kernel-dkms",
+        "firmware-nvidia-gsp",
+    ]

@@ -42,8 +42,7 @@ def gpuenv_dpkg_unsatisfied(dpkg_query: str, wanted: list[str]) -> list[str]:
 
 def gpuenv_dpkg_unheld(dpkg_query: str, packages: list[str]) -> list[str]:
     """The packages dpkg does not hold."""
-    status = driver.parse_dpkg_query(str(dpkg_query))
-    return [str(p) for p in packages if status.get(str(p), {}).get("want") != "h"]
+    return driver.unheld(driver.parse_dpkg_query(str(dpkg_query)), [str(p) for p in packages])
 
 
 class FilterModule:
