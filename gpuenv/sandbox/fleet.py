@@ -55,6 +55,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("GPUENV_CACHE", "/var/cache/gpuenv"))
 
 
+def roots_dir() -> Path:
+    """Where the built Debian roots are cached; GPUENV_SANDBOX_ROOTS picks another (a test builds a
+    new root there without touching the cached ones)."""
+    return Path(os.environ.get("GPUENV_SANDBOX_ROOTS", str(cache_dir() / "roots")))
+
+
 def controller_ip() -> str:
     return str(SUBNET.network_address + 1)
 
@@ -532,7 +538,7 @@ def up(
                 base = f"{snapshot}/upper:{snap['base']}"
             else:
                 packages = (*roots.PACKAGES, *roots.KERNEL_PACKAGES) if kernel else roots.PACKAGES
-                base = str(roots.ensure_root(cache_dir(), roots.release(want_os), packages))
+                base = str(roots.ensure_root(roots_dir(), roots.release(want_os), packages))
             host = Host(name=name, os=want_os, index=i, ip=str(SUBNET.network_address + 10 + i), base=base)
             state.hosts[name] = host
             state.save()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,8 +56,13 @@ def release(os_name: str) -> Release:
         raise SandboxError(f"unknown OS {os_name!r}: the sandbox builds {', '.join(RELEASES)}") from None
 
 
+# Bumped when the way a root is built changes, so that roots cached by an older build are rebuilt
+# (2: the package index is refreshed after the full sources are written).
+ROOT_FORMAT = "2"
+
+
 def _key(rel: Release, packages: tuple[str, ...]) -> str:
-    digest = hashlib.sha256(" ".join([rel.suite, *sorted(packages)]).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(" ".join([ROOT_FORMAT, rel.suite, *sorted(packages)]).encode()).hexdigest()[:12]
     return f"{rel.suite}-{digest}"
 
 
@@ -71,9 +75,9 @@ def _sources(suite: str) -> str:
     )
 
 
-def ensure_root(cache: Path, rel: Release, packages: tuple[str, ...] = PACKAGES) -> Path:
-    """The cached root for a release and package set, building it on first use."""
-    root = cache / "roots" / _key(rel, packages)
+def ensure_root(roots_dir: Path, rel: Release, packages: tuple[str, ...] = PACKAGES) -> Path:
+    """The cached root for a release and package set in roots_dir, building it on first use."""
+    root = roots_dir / _key(rel, packages)
     if (root / ".gpuenv-complete").exists():
         return root
     for tool in ("debootstrap", "chroot"):
@@ -100,6 +104,16 @@ def ensure_root(cache: Path, rel: Release, packages: tuple[str, ...] = PACKAGES)
         shutil.rmtree(building, ignore_errors=True)
         raise SandboxError(f"debootstrap of {rel.suite} failed; is {DEBIAN_MIRROR} reachable?\n{exc}") from None
     (building / "etc/apt/sources.list").write_text(_sources(rel.suite))
+    # debootstrap fetched the index of main alone; without a refresh the root's sources name
+    # contrib and non-free while its index lacks them, and apt on a host booted from it offers
+    # no nvidia-cuda-toolkit until its index is older than the roles' cache_valid_time (issue 14).
+    try:
+        run(["chroot", str(building), "apt-get", "update", "-q", "-o", "Acquire::Retries=3"], capture=True, timeout=600)
+    except SandboxError as exc:
+        shutil.rmtree(building, ignore_errors=True)
+        raise SandboxError(
+            f"refreshing the {rel.suite} root's package index failed; is {DEBIAN_MIRROR} reachable?\n{exc}"
+        ) from None
     # Each host gets its own machine-id and SSH host keys in its overlay, not these shared ones.
     (building / "etc/machine-id").write_text("")
     for key in (building / "etc/ssh").glob("ssh_host_*"):
@@ -111,10 +125,3 @@ def ensure_root(cache: Path, rel: Release, packages: tuple[str, ...] = PACKAGES)
         shutil.rmtree(root)
     building.rename(root)
     return root
-
-
-def remove_cache(cache: Path) -> None:
-    """Drop every cached root (they are rebuilt on the next `up`)."""
-    roots = cache / "roots"
-    if roots.exists():
-        subprocess.run(["rm", "-rf", "--one-file-system", str(roots)], check=True)  # noqa: S603, S607

@@ -71,7 +71,7 @@ def results(tmp_path_factory: pytest.TempPathFactory, venv_env: dict[str, str]) 
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline",
         ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"),
-        ANSIBLE_LIBRARY=str(PLAYBOOK.parent / "library"),
+        ANSIBLE_LIBRARY=f"{PLAYBOOK.parent / 'library'}:{REPO / 'plugins' / 'modules'}",
     )
     before = _controller_files()
     run = run_tool("ansible-playbook", "--check", "-i", str(_inventory(tmp)), str(PLAYBOOK), env=env, timeout=300)

@@ -1,0 +1,233 @@
+#!/usr/bin/python
+"""Ansible module gpuenv_apt_index: an apt package index that matches the host's sources, and what
+it offers for the packages a role is about to choose from."""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: gpuenv_apt_index
+short_description: Refresh apt's index when it no longer matches the sources, and list what it offers
+description:
+  - apt judges its index by age alone, so a component, suite or repository added less than
+    I(cache_valid_time) ago goes unseen (Debian's non-free just enabled, NVIDIA's repository just
+    added). This module refreshes when an index file the sources name is missing, when a sources
+    file changed after the last refresh, or when the last refresh is older than I(cache_valid_time).
+  - It then asks C(apt-cache madison) for each of I(packages). A package that nothing offers
+    triggers one more refresh (unless this run already refreshed) before the answer.
+  - For each package still missing, I(why) says what is really missing, read from the host's
+    sources through C(apt-get indextargets) - the component, the repository, or the package.
+  - Never reports changed (the index is not the host's configuration); refreshes in check mode
+    too, because the roles' check mode decides from the index as a real run does.
+options:
+  packages:
+    description: Package names to look up.
+    type: list
+    elements: str
+    required: true
+  optional:
+    description:
+      - Package names to look up as well, whose absence is no reason to refresh (a package only
+        some repositories have).
+    type: list
+    elements: str
+    default: []
+  cache_valid_time:
+    description: Refresh when the last refresh is older than this many seconds (0 refreshes every run).
+    type: int
+    default: 3600
+  component:
+    description:
+      - The archive component these packages live in (C(non-free) for Debian's NVIDIA packages),
+        to name it when the sources lack it.
+    type: str
+  repository:
+    description:
+      - The URL of the repository that should offer them (NVIDIA's or a site mirror), to name it
+        when the sources lack it.
+    type: str
+"""
+
+RETURN = r"""
+madison:
+  description: C(apt-cache madison) output per package (empty when nothing offers it); parse with gpuenv_driver_pick.
+  type: dict
+missing:
+  description: The packages (of I(packages)) no configured repository offers.
+  type: list
+why:
+  description: Per missing package, one sentence on what the sources lack and how to fix it.
+  type: dict
+refreshed:
+  description: Why the index was refreshed in this run, or an empty list when it was current.
+  type: list
+sources:
+  description: The repositories the sources name, as "URI suite/component".
+  type: list
+"""
+
+# The module's own record of when it last refreshed: apt's lists keep the servers' times, not ours.
+STAMP = "/var/lib/apt/periodic/gpuenv-update-stamp"
+# Written by apt.systemd.daily and Ubuntu's update-notifier after their own successful updates.
+APT_STAMP = "/var/lib/apt/periodic/update-success-stamp"
+LISTS = "/var/lib/apt/lists"
+SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/*.list", "/etc/apt/sources.list.d/*.sources")
+# FILENAME is where apt keeps (or would keep) the index; the rest names the repository and the
+# sources line. --no-release-info lists the targets of repositories never fetched too. An "all"
+# architecture index is optional (apt's record says so; its --format has no field for it).
+TARGET_FIELDS = ("IDENTIFIER", "FILENAME", "REPO_URI", "RELEASE", "COMPONENT", "ARCHITECTURE", "SOURCESENTRY")
+TARGET_FORMAT = "\t".join(f"$({name})" for name in TARGET_FIELDS)
+
+
+def parse_indextargets(text: str) -> list[dict[str, str]]:
+    """`apt-get indextargets --no-release-info --format TARGET_FORMAT` lines, Packages indexes
+    only. apt prints a field a target lacks (a flat repository's component) as "$(NAME)"."""
+    targets = []
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) != len(TARGET_FIELDS) or fields[0] != "Packages":
+            continue
+        values = ["" if v == f"$({name})" else v for name, v in zip(TARGET_FIELDS, fields, strict=True)]
+        keys = ("identifier", "filename", "uri", "suite", "component", "arch", "entry")
+        targets.append(dict(zip(keys, values, strict=True)))
+    return targets
+
+
+def _repo(target: dict[str, str]) -> str:
+    """ "URI suite/component" as apt prints it; a flat repository is its URI alone."""
+    where = "/".join(x for x in (target["suite"], target["component"]) if x)
+    return f"{target['uri']} {where}".strip()
+
+
+def index_present(filename: str) -> bool:
+    """apt names an existing index with its compression suffix (.lz4, .gz) and a missing one without."""
+    return os.path.exists(filename) or bool(glob.glob(glob.escape(filename) + ".*"))
+
+
+def last_refresh() -> float:
+    """When the index was last refreshed: the newest of our stamp and apt's, else when the lists
+    directory last changed (what Ansible's apt module reads), else never."""
+    times = [os.stat(p).st_mtime for p in (STAMP, APT_STAMP) if os.path.exists(p)]
+    if not times and os.path.isdir(LISTS):
+        times.append(os.stat(LISTS).st_mtime)
+    return max(times, default=0.0)
+
+
+def sources_mtime() -> tuple[float, str]:
+    newest, path = 0.0, ""
+    for pattern in SOURCES:
+        for name in glob.glob(pattern):
+            mtime = os.stat(name).st_mtime
+            if mtime > newest:
+                newest, path = mtime, name
+    return newest, path
+
+
+def refresh_reasons(targets: list[dict[str, str]], cache_valid_time: int, now: float) -> list[str]:
+    reasons = []
+    missing = sorted({_repo(t) for t in targets if t["arch"] != "all" and not index_present(t["filename"])})
+    if missing:
+        reasons.append("no index yet for " + ", ".join(missing))
+    refreshed = last_refresh()
+    changed_at, changed_file = sources_mtime()
+    if changed_at > refreshed:
+        reasons.append(f"{changed_file} changed after the last refresh")
+    if now - refreshed >= cache_valid_time:
+        reasons.append(f"the index is older than {cache_valid_time} s")
+    return reasons
+
+
+def explain(package: str, targets: list[dict[str, str]], component: str | None, repository: str | None) -> str:
+    """What the sources lack for a package nothing offers, from the repositories they name."""
+    listed = sorted({_repo(t) for t in targets})
+    where = "; ".join(listed) or "none"
+    if repository and not any(t["uri"].rstrip("/") == repository.rstrip("/") for t in targets):
+        return (
+            f"{package} is not offered: the apt sources do not include the repository {repository} "
+            f"(they name: {where}). Add it (or a site mirror of it) to /etc/apt/sources.list.d/."
+        )
+    if component and not any(t["component"] == component for t in targets):
+        entries = sorted({t["entry"].rsplit(":", 1)[0] for t in targets if t["entry"]})
+        suites = sorted({f"{t['uri']} {t['suite']}" for t in targets if t["suite"]})
+        return (
+            f"{package} is in the '{component}' component, which the apt sources do not enable for "
+            f"{', '.join(suites) or 'any suite'}. Add '{component}' to the components of those sources "
+            f"({', '.join(entries) or '/etc/apt/sources.list'}), then rerun."
+        )
+    return (
+        f"{package} is not offered by any repository in the apt sources, even after a refresh (searched: {where}). "
+        f"Add a repository or site mirror that carries it."
+    )
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "packages": {"type": "list", "elements": "str", "required": True},
+            "optional": {"type": "list", "elements": "str", "default": []},
+            "cache_valid_time": {"type": "int", "default": 3600},
+            "component": {"type": "str"},
+            "repository": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    retries = ["-o", "Acquire::Retries=3"]
+
+    def targets() -> list[dict[str, str]]:
+        rc, out, err = module.run_command(["apt-get", "indextargets", "--no-release-info", "--format", TARGET_FORMAT])
+        if rc != 0:
+            module.fail_json(msg=f"apt-get indextargets failed (rc {rc}): {err.strip()}")
+        return parse_indextargets(out)
+
+    def refresh() -> None:
+        rc, out, err = module.run_command(["apt-get", "update", "-q", *retries])
+        if rc != 0:
+            module.fail_json(
+                msg=f"apt-get update failed on this host (rc {rc}): {(err or out).strip()[-2000:]}. "
+                "Check the apt sources and that their repositories are reachable.",
+            )
+        os.makedirs(os.path.dirname(STAMP), exist_ok=True)
+        with open(STAMP, "w") as stamp:
+            stamp.write(f"{time.time()}\n")
+
+    def madison() -> dict[str, str]:
+        found = {}
+        for package in [*p["packages"], *p["optional"]]:
+            rc, out, err = module.run_command(["apt-cache", "madison", package])
+            if rc != 0:
+                module.fail_json(msg=f"apt-cache madison {package} failed (rc {rc}): {err.strip()}")
+            found[package] = out
+        return found
+
+    listed = targets()
+    reasons = refresh_reasons(listed, p["cache_valid_time"], time.time())
+    if reasons:
+        refresh()
+    offered = madison()
+    missing = [name for name in p["packages"] if not offered[name].strip()]
+    if missing and not reasons:
+        # The index looked current but lacks a package: a repository may have gained it since.
+        reasons = [f"{', '.join(missing)} not in the index"]
+        refresh()
+        offered = madison()
+        missing = [name for name in p["packages"] if not offered[name].strip()]
+    if reasons:
+        listed = targets()
+    module.exit_json(
+        changed=False,
+        madison=offered,
+        missing=missing,
+        why={name: explain(name, listed, p["component"], p["repository"]) for name in missing},
+        refreshed=reasons,
+        sources=sorted({_repo(t) for t in listed}),
+    )
+
+
+if __name__ == "__main__":
+    main()
