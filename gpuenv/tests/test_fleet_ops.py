@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuenv.sandbox import fleet
+from gpuenv.sandbox import fleet, mirror
 from gpuenv.tests.conftest import REPO, run_tool
 
 pytestmark = [
@@ -123,6 +123,9 @@ def site(tmp_path_factory: pytest.TempPathFactory, venv_env: dict[str, str]) -> 
     root = tmp_path_factory.mktemp("fleet")
     env = {**venv_env, "ANSIBLE_NOCOLOR": "1"}
     fleet.down()
+    # The hosts install CUDA and cuDNN from the local mirror: built here on a fresh machine (where no
+    # demo or molecule scenario built it first), checked when it exists.
+    mirror.build(mirror.default_site(), mirror.default_wheels())
     try:
         fleet.up(1, ["debian12"], root / "hosts-1.yml")
         s = Site(root, env)
