@@ -266,8 +266,77 @@ def test_onboarding_a_new_member_ends_with_verify_run_as_them(site: Site) -> Non
     assert recap(again.stdout)["sb1"]["changed"] == 0
 
 
-def _site_repo(site: Site, stack: dict[str, Any]) -> Path:
-    """The site's git repository: this repository's files with the site's inventory added."""
+def test_onboarding_writes_nothing_through_links_a_member_planted(site: Site) -> None:
+    """An existing account's home is the member's: links they plant there to system files must not
+    make root write, or chown, what they point at (issue 17, security item 1)."""
+    _, signer = _signer(site, "member")
+    key_line = signer.split(" ", 1)[1] + " member@example"
+    targets = ["/etc/profile.d", "/etc/bash.bashrc", "/etc/motd", "/root/.ssh/authorized_keys"]
+    plant = (
+        "mkdir -p /root/.ssh && touch /root/.ssh/authorized_keys"
+        " && useradd -m -s /bin/bash mallory && cd ~mallory && rm -f .bashrc"
+        " && ln -s /etc/profile.d .ssh && ln -s /etc/bash.bashrc .bashrc && ln -s /etc/motd WELCOME-gpuenv.txt"
+        " && chown -h mallory: .ssh .bashrc WELCOME-gpuenv.txt"
+        " && useradd -m -s /bin/bash trudy && mkdir ~trudy/.ssh"
+        " && ln -s /root/.ssh/authorized_keys ~trudy/.ssh/authorized_keys && chown -hR trudy: ~trudy/.ssh"
+    )
+    state = f"stat -c '%n %U %G %a' {' '.join(targets)} && sha256sum {' '.join(targets[1:])}"
+    placed = ssh("sb1", plant)
+    assert placed.returncode == 0, placed.stderr
+    before = ssh("sb1", state).stdout
+    try:
+        for user, links in {
+            "mallory": [
+                "/home/mallory/.ssh is a symbolic link to /etc/profile.d",
+                "/home/mallory/.bashrc is a symbolic link to /etc/bash.bashrc",
+                "/home/mallory/WELCOME-gpuenv.txt is a symbolic link to /etc/motd",
+            ],
+            "trudy": ["/home/trudy/.ssh/authorized_keys is a symbolic link to /root/.ssh/authorized_keys"],
+        }.items():
+            extra = json.dumps({"onboard_user_name": user, "onboard_user_ssh_keys": [key_line]})
+            run = site.play("onboard.yml", "--limit", "sb1", "-e", extra)
+            assert run.returncode != 0, run.stdout[-3000:]
+            assert f"Refusing to onboard {user} on sb1" in run.stdout, run.stdout[-3000:]
+            for sentence in links:
+                assert sentence in run.stdout, run.stdout[-3000:]
+            assert ssh("sb1", state).stdout == before
+            # Refused before the account was touched: not even the environment's group was added.
+            assert "gpuenv" not in ssh("sb1", f"id -nG {user}").stdout.split()
+    finally:
+        ssh("sb1", "userdel -r mallory; userdel -r trudy")
+
+
+GIT = ["git", "-c", "user.name=gpuenv test", "-c", "user.email=site@gpuenv.invalid"]
+
+
+def _signer(site: Site, name: str) -> tuple[Path, str]:
+    """An SSH signing key made for the test, and its allowed_signers line."""
+    key = site.root / f"signer-{name}"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)  # noqa: S607
+    kind, blob = key.with_suffix(".pub").read_text().split()[:2]
+    return key, f"site@gpuenv.invalid {kind} {blob}"
+
+
+def _commit(work: Path, message: str, key: Path | None) -> None:
+    """Commit everything in the work tree, SSH-signed with key (None: unsigned)."""
+    sign = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={key}"] if key else []
+    subprocess.run([*GIT, "add", "-A"], cwd=work, check=True)
+    subprocess.run([*GIT, *sign, "commit", "-q", *(["-S"] if key else []), "-m", message], cwd=work, check=True)
+
+
+def _declare_in_repo(work: Path, stack: dict[str, Any]) -> None:
+    inventory = work / "inventory/site"
+    (inventory / "group_vars").mkdir(parents=True, exist_ok=True)
+    hosts = {"all": {"children": {"gpu_hosts": {"hosts": {"sb4": {}}}}}}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    site_vars = {"gpu_stack": stack, **SITE_VARS, "ansible_python_interpreter": "/usr/bin/python3"}
+    (inventory / "group_vars/gpu_hosts.yml").write_text(yaml.safe_dump(site_vars))
+
+
+def _site_repo(site: Site, stack: dict[str, Any], key: Path) -> Path:
+    """The site's work tree: this repository's files with the site's inventory added, committed and
+    signed with key."""
     work = site.root / "site-repo"
     shutil.rmtree(work, ignore_errors=True)
     files = subprocess.run(
@@ -282,37 +351,46 @@ def _site_repo(site: Site, stack: dict[str, Any]) -> Path:
         if src.is_file():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, work / name)
-    inventory = work / "inventory/site"
-    (inventory / "group_vars").mkdir(parents=True)
-    hosts = {"all": {"children": {"gpu_hosts": {"hosts": {"sb4": {}}}}}}
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    site_vars = {"gpu_stack": stack, **SITE_VARS, "ansible_python_interpreter": "/usr/bin/python3"}
-    (inventory / "group_vars/gpu_hosts.yml").write_text(yaml.safe_dump(site_vars))
-    git = ["git", "-c", "user.name=gpuenv test", "-c", "user.email=test@gpuenv.invalid"]
-    for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "site"]):
-        subprocess.run([*git, *argv], cwd=work, check=True)
+    _declare_in_repo(work, stack)
+    subprocess.run([*GIT, "init", "-q", "-b", "main"], cwd=work, check=True)
+    _commit(work, "site", key)
+    return work
+
+
+def _publish(site: Site, work: Path, host: str) -> None:
+    """The work tree's history as the bare repository /srv/gpuenv-site.git on the host itself (a
+    local git repository: no git server needed)."""
     bare = site.root / "gpuenv-site.git"
     shutil.rmtree(bare, ignore_errors=True)
     subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True)  # noqa: S607
-    return bare
-
-
-def test_pull_mode_applies_the_stack_and_a_second_pull_changes_nothing(site: Site) -> None:
-    bare = _site_repo(site, STACK_A)
-    # The repository is on the host itself, as a local git repository (no git server needed).
     tar = subprocess.run(["tar", "-C", str(bare.parent), "-czf", "-", bare.name], capture_output=True, check=True)  # noqa: S607
-    h = fleet.State.load().hosts["sb4"]
+    h = fleet.State.load().hosts[host]
     placed = subprocess.run(
-        fleet.ssh_argv(h, "mkdir -p /srv && tar -C /srv -xzf -"), input=tar.stdout, capture_output=True, check=False
+        fleet.ssh_argv(h, "rm -rf /srv/gpuenv-site.git && mkdir -p /srv && tar -C /srv -xzf -"),
+        input=tar.stdout,
+        capture_output=True,
+        check=False,
     )
     assert placed.returncode == 0, placed.stderr
+
+
+def test_pull_mode_applies_signed_commits_only_and_a_second_pull_changes_nothing(site: Site) -> None:
+    key, signer = _signer(site, "site")
+    work = _site_repo(site, STACK_A, key)
+    _publish(site, work, "sb4")
     site.declare(STACK_B)
     setup = site.play(
         "pull.yml",
         "--limit",
         "sb4",
         "-e",
-        json.dumps({"pull_mode_repo_url": "/srv/gpuenv-site.git", "pull_mode_inventory": "inventory/site"}),
+        json.dumps(
+            {
+                "pull_mode_repo_url": "/srv/gpuenv-site.git",
+                "pull_mode_inventory": "inventory/site",
+                "pull_mode_allowed_signers": [signer],
+            }
+        ),
     )
     assert setup.returncode == 0, setup.stdout[-4000:]
     assert ssh("sb4", "systemctl is-enabled gpuenv-pull.timer").stdout.strip() == "enabled"
@@ -329,3 +407,48 @@ def test_pull_mode_applies_the_stack_and_a_second_pull_changes_nothing(site: Sit
     assert second.returncode == 0, log[-4000:]
     counts = recap(log)["sb4"]
     assert (counts["changed"], counts["failed"]) == (0, 0), log.rsplit("PLAY RECAP", 1)[1]
+
+    # Pushed to the branch: B, unsigned, then B signed by a key the host does not allow. Neither runs.
+    other, _ = _signer(site, "stranger")
+    for signed_by in (None, other):
+        _declare_in_repo(work, STACK_B)
+        (work / "pushed-by").write_text(str(signed_by))
+        _commit(work, f"B, signed by {signed_by}", signed_by)
+        _publish(site, work, "sb4")
+        ssh("sb4", "truncate -s 0 /var/log/gpuenv-pull.log")
+        refused = ssh("sb4", "systemctl start gpuenv-pull.service", timeout=1800)
+        log = ssh("sb4", "cat /var/log/gpuenv-pull.log").stdout
+        assert refused.returncode != 0, log[-4000:]
+        assert 'Failed to verify GPG signature of commit/tag "main"' in log, log[-4000:]
+        assert "PLAY RECAP" not in log  # the playbook never started
+        assert link("sb4", "/usr/local/cuda") == "/usr/local/cuda-12.1"
+        facts = json.loads(ssh("sb4", "cat /etc/ansible/facts.d/gpuenv.fact").stdout)
+        assert facts["resolved"]["cuda"] == "12.1.1"
+
+
+def test_the_reboot_after_a_pull_waits_for_gpu_processes(site: Site) -> None:
+    """The service's reboot guard (run after a pull that flagged a new driver): with a job on the
+    GPU it does not reboot; with none it does. systemctl is a stand-in that records the call."""
+    guard = "/opt/gpuenv/pull/reboot-if-needed"
+    assert ssh("sb4", f"test -x {guard}").returncode == 0  # written by the pull test's pull.yml
+    fake = (
+        "mkdir -p /tmp/fakebin && printf '#!/bin/sh\\necho \"$*\" >> /tmp/fakebin/systemctl.calls\\n' "
+        "> /tmp/fakebin/systemctl && chmod 755 /tmp/fakebin/systemctl && rm -f /tmp/fakebin/systemctl.calls "
+        "&& touch /run/gpuenv-reboot-required"
+    )
+    assert ssh("sb4", fake).returncode == 0
+    busy = '#!/bin/sh\ncase "$*" in *--query-compute-apps*) echo "4242, python3 train.py"; exit 0;; esac\nexit 9\n'
+    h = fleet.State.load().hosts["sb4"]
+    put = "cat > /tmp/fakebin/nvidia-smi && chmod 755 /tmp/fakebin/nvidia-smi"
+    assert subprocess.run(fleet.ssh_argv(h, put), input=busy, text=True, check=False).returncode == 0
+    try:
+        held = ssh("sb4", f"PATH=/tmp/fakebin:$PATH {guard}")
+        assert "not rebooting for the new NVIDIA driver: processes use the GPUs (4242, python3 train.py)" in held.stdout
+        assert ssh("sb4", "test -e /tmp/fakebin/systemctl.calls").returncode != 0
+        # No driver loaded (nvidia-smi exits 9): nothing can run on a GPU, so it reboots.
+        ssh("sb4", "printf '#!/bin/sh\\nexit 9\\n' > /tmp/fakebin/nvidia-smi")
+        rebooted = ssh("sb4", f"PATH=/tmp/fakebin:$PATH {guard}")
+        assert "rebooting for the new NVIDIA driver" in rebooted.stdout
+        assert ssh("sb4", "cat /tmp/fakebin/systemctl.calls").stdout.strip() == "reboot"
+    finally:
+        ssh("sb4", "rm -rf /tmp/fakebin /run/gpuenv-reboot-required")
