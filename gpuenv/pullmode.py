@@ -21,6 +21,7 @@ _URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/?#@!&'()*+,;=%\[\]-]+$")
 _REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9._/+-]+(?<![./])$")
 _REL_PATH = re.compile(r"^(?![-/])(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._/+-]+$")
 _ABS_PATH = re.compile(r"^/(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._/+-]+$")
+# Checked with fullmatch: "$" alone would let a trailing newline through.
 # systemd.time(7) spans: "30min", "1h 30min", "90".
 _SPAN = re.compile(r"^[0-9]+ ?[a-z]*( [0-9]+ ?[a-z]*)*$")
 # One allowed_signers line: principals, optional options, a key type and its base64 (ssh-keygen(1)).
@@ -42,7 +43,7 @@ def url_problem(url: str, allow_insecure: bool) -> str | None:
     rules: list[tuple[bool, str]] = [
         (not url, "pull_mode_repo_url is empty: name the site's git repository (https://, ssh://, host:path, a path)"),
         (
-            not _URL_CHARS.match(url),
+            not _URL_CHARS.fullmatch(url),
             f"pull_mode_repo_url {shown} holds a space, a quote, a newline or another character no repository URL "
             "has; it would go into a systemd unit that runs as root",
         ),
@@ -72,19 +73,19 @@ def problems(settings: dict[str, object]) -> list[str]:
     if problem:
         out.append(problem)
     branch = str(settings.get("branch", ""))
-    if not _REF.match(branch):
+    if not _REF.fullmatch(branch):
         out.append(f"pull_mode_branch {_show(branch)} is not a branch or tag name (letters, digits, . _ / + -)")
     for key in ("inventory", "playbook"):
         value = str(settings.get(key, ""))
-        if not _REL_PATH.match(value):
+        if not _REL_PATH.fullmatch(value):
             out.append(f"pull_mode_{key} {_show(value)} must be a relative path inside the repository, without '..'")
     for key in ("venv", "checkout", "log"):
         value = str(settings.get(key, ""))
-        if not _ABS_PATH.match(value):
+        if not _ABS_PATH.fullmatch(value):
             out.append(f"pull_mode_{key} {_show(value)} must be an absolute path (letters, digits, . _ / + -)")
     for key in ("interval", "randomized_delay"):
         value = str(settings.get(key, ""))
-        if not _SPAN.match(value):
+        if not _SPAN.fullmatch(value):
             out.append(f"pull_mode_{key} {_show(value)} is not a systemd time span such as 30min or 1h 30min")
     signers = settings.get("allowed_signers", [])
     if settings.get("verify_commit", True):
@@ -96,7 +97,7 @@ def problems(settings: dict[str, object]) -> list[str]:
             )
         else:
             for line in signers:
-                if not isinstance(line, str) or not _SIGNER.match(line):
+                if not isinstance(line, str) or not _SIGNER.fullmatch(line):
                     out.append(
                         f"pull_mode_allowed_signers entry {_show(str(line))} is not one line of "
                         "'principal [options] key-type base64-key'"

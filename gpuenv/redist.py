@@ -16,6 +16,18 @@ class RedistError(ValueError):
     """A manifest that cannot give what was asked; the message says what it has."""
 
 
+# A path the roles may join to a mirror's URL, the controller's cache and a host's download
+# directory: relative, no "." or ".." component, no empty component, no backslash or control
+# character. A manifest is data from the network; its paths must not name where files are written.
+_PLAIN_PART = re.compile(r"^[A-Za-z0-9_+~@=-][A-Za-z0-9._+~@=-]*$")
+
+
+def plain_relative_path(path: object) -> bool:
+    if not isinstance(path, str) or not path or path.startswith("/"):
+        return False
+    return all(_PLAIN_PART.fullmatch(part) and part not in (".", "..") for part in path.split("/"))
+
+
 def archives(
     manifest: dict[str, Any] | str,
     components: list[str],
@@ -46,6 +58,12 @@ def archives(
             entry = entry[variant]
         if "relative_path" not in entry or "sha256" not in entry:
             raise RedistError(f"redistrib_{label}.json: {comp} for {platform} lacks relative_path or sha256")
+        if not plain_relative_path(entry["relative_path"]):
+            raise RedistError(
+                f"redistrib_{label}.json: {comp}'s relative_path {str(entry['relative_path'])[:120]!r} is not a plain "
+                "relative path under the mirror (no leading '/', no '..', no empty part); the manifest is refused, "
+                "since its paths name where files are written"
+            )
         found.append(
             {
                 "component": comp,

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from gpuenv import redist
 from gpuenv.sandbox import fleet
 from gpuenv.sandbox.util import SandboxError, log, run
 
@@ -332,6 +333,11 @@ def verify(site: Path) -> list[str]:
         root = site / "compute" / product / "redist"
         for manifest_path in sorted(root.glob("redistrib_*.json")):
             for entry in archives(json.loads(manifest_path.read_text())):
+                if not redist.plain_relative_path(entry.get("relative_path")):
+                    problems.append(
+                        f"{manifest_path}: relative_path {entry.get('relative_path')!r} is not under the mirror"
+                    )
+                    continue
                 archive = root / entry["relative_path"]
                 if not archive.exists():
                     problems.append(f"{archive}: missing")

@@ -123,3 +123,13 @@ def test_a_damaged_archive_is_found_and_rebuilt(site: Path, tmp_path: Path, monk
     mirror.build(private, mirror.default_wheels())
     assert mirror.verify(private) == []
     assert mirror.digest(archive) == good
+
+
+def test_verify_reports_a_manifest_path_outside_the_mirror_without_reading_it(tmp_path: Path) -> None:
+    root = tmp_path / "compute/cuda/redist"
+    root.mkdir(parents=True)
+    outside = {"relative_path": "../../../../etc/passwd", "sha256": "0" * 64, "size": "1"}
+    (root / "redistrib_12.4.1.json").write_text(json.dumps({"cuda_cudart": {"linux-x86_64": outside}}))
+    assert mirror.verify(tmp_path) == [
+        f"{root / 'redistrib_12.4.1.json'}: relative_path '../../../../etc/passwd' is not under the mirror"
+    ]

@@ -56,6 +56,7 @@ def test_secure_repository_urls_pass(url: str) -> None:
     [
         ("https://git.example.com/x.git\nExecStartPre=/bin/sh -c id", "a newline"),
         ("https://git.example.com/x.git --upload-pack=touch", "a space"),
+        ("https://git.example.com/x.git\n", "a newline"),
         ("--upload-pack=touch /tmp/pwned", "a space"),
         ("-uhttps://x", "starts with '-'"),
         ("ext::sh", "remote helper"),
@@ -79,6 +80,8 @@ def test_plain_http_only_where_explicitly_allowed() -> None:
     ("key", "value"),
     [
         ("branch", "main\nExecStartPre=/bin/true"),
+        ("branch", "main\n"),
+        ("interval", "30min\n"),
         ("branch", "--orphan"),
         ("branch", "a..b"),
         ("branch", "main other"),

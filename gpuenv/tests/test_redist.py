@@ -121,3 +121,35 @@ def test_fetch_failures_name_the_file_and_both_sums() -> None:
         f"sha256 is {'2e' * 32}, expected {'0' * 64}",
         "gone.tar.xz from http://m/gone.tar.xz: could not be downloaded (HTTP 404)",
     ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../../../etc/cron.d/gpuenv",
+        "/etc/profile.d/x.sh",
+        "cuda_cudart/linux-x86_64/../../../../root/.ssh/authorized_keys",
+        "cuda_cudart//x.tar.xz",
+        "cuda_cudart/./x.tar.xz",
+        "cuda_cudart\\..\\x.tar.xz",
+        "cuda_cudart/x.tar.xz\n",
+        "",
+    ],
+)
+def test_a_manifest_path_outside_the_mirror_is_refused(path: str) -> None:
+    # A manifest is data from the network; its paths name where the controller and the hosts write.
+    manifest = {
+        "release_label": "12.4.1",
+        "cuda_cudart": {"version": "12.4.127", "linux-x86_64": {"relative_path": path, "sha256": "0" * 64}},
+    }
+    with pytest.raises(redist.RedistError, match="is not a plain relative path under the mirror"):
+        redist.archives(manifest, ["cuda_cudart"])
+
+
+def test_plain_manifest_paths_pass() -> None:
+    for path in (
+        "cuda_cudart/linux-x86_64/cuda_cudart-linux-x86_64-12.4.127-archive.tar.xz",
+        "cudnn/linux-x86_64/cudnn-linux-x86_64-9.1.0.70_cuda12-archive.tar.xz",
+        "cudnn-11.3-linux-x64-v8.2.1.32.tgz",
+    ):
+        assert redist.plain_relative_path(path), path

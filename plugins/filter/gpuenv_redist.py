@@ -22,6 +22,11 @@ def gpuenv_redist_archives(manifest: Any, components: list[str], variant: str | 
     return {"archives": found, "id": redist.tree_id(found), "error": None}
 
 
+def gpuenv_redist_plain_path(path: Any) -> bool:
+    """A relative path under a mirror or download directory: no leading '/', no '..'."""
+    return redist.plain_relative_path(path)
+
+
 def gpuenv_tool_version(text: str) -> dict[str, str] | None:
     return redist.tool_version(str(text))
 
@@ -46,6 +51,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "gpuenv_redist_archives": gpuenv_redist_archives,
+            "gpuenv_redist_plain_path": gpuenv_redist_plain_path,
             "gpuenv_tool_version": gpuenv_tool_version,
             "gpuenv_cudnn_header_version": gpuenv_cudnn_header_version,
             "gpuenv_ldconfig_libs": gpuenv_ldconfig_libs,
