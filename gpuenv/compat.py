@@ -164,7 +164,34 @@ class CompatData:
     def cudnn_cuda_majors(self, release: str) -> list[str]:
         return sorted((m for m, builds in self.cudnn_builds.items() if release in builds), key=int)
 
+    def resolve_cudnn(self, declared: str, cuda_major: str) -> str | None:
+        """A cuDNN build as people write it -> the build in the data. "8.9.2" (the release, three
+        parts, as NVIDIA's downloads page names it) -> its build for that CUDA major ("8.9.2.26"),
+        else its build for any major (the rules then say which majors it has); a four-part build ->
+        itself when the data knows it. None when the data has no such release."""
+        if declared.count(".") == 3:
+            return declared if self.cudnn_known(declared) else None
+        prefix = declared + "."
+        for builds in (self.cudnn_builds.get(cuda_major, frozenset()), *self.cudnn_builds.values()):
+            found = sorted((b for b in builds if b.startswith(prefix)), key=versions.parse)
+            if found:
+                return found[-1]
+        return None
+
+    def cudnn_nearest(self, declared: str, cuda_major: str) -> list[str]:
+        """The builds for that CUDA major just below and just above a release the data lacks."""
+        want = versions.parse(declared)[:3]
+        builds = sorted(self.cudnn_builds.get(cuda_major, ()), key=versions.parse)
+        below = [b for b in builds if versions.parse(b)[:3] < want]
+        above = [b for b in builds if versions.parse(b)[:3] > want]
+        return below[-1:] + above[:1]
+
     # --- OS ---------------------------------------------------------------------------------
+    def os_pythons(self, os_name: str) -> tuple[list[str], str | None]:
+        """The python3.X versions an OS's own repositories ship, and the source that says so."""
+        entry = (self.os.get(os_name) or {}).get("python") or {}
+        return [str(v) for v in entry.get("versions", [])], entry.get("source")
+
     def os_from_facts(self, facts: Mapping[str, Any]) -> str | None:
         """Name the host's OS ("debian12") from its Ansible facts; None when gpuenv does not know it."""
         for key, entry in self.os.items():

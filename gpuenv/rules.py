@@ -77,6 +77,8 @@ class _Checker:
         self.findings: list[Finding] = []
         self.gpus: list[Gpu] = []
         self.toolkit: str | None = None
+        # The system cuDNN's build, resolved from what the stack declares ("8.9.2" -> "8.9.2.26").
+        self.cudnn: str | None = None
         self.series: TorchRelease | None = None
         self.variant: TorchVariant | None = None
         self.variant_derived = False
@@ -355,21 +357,26 @@ class _Checker:
 
     # --- cuDNN -------------------------------------------------------------------------------
     def check_cudnn(self) -> None:
-        cudnn = self.stack.cudnn
-        if cudnn == "none" or self.toolkit is None:
+        declared = self.stack.cudnn
+        if declared == "none" or self.toolkit is None:
             return
         major = str(versions.major(self.toolkit))
-        if not self.data.cudnn_known(cudnn):
-            candidates = sorted(self.data.cudnn_builds.get(major, ()), key=versions.parse)
+        build = self.data.resolve_cudnn(declared, major)
+        if build is None:
+            nearest = self.data.cudnn_nearest(declared, major)
             self.add(
                 "cudnn-unknown",
                 ERROR,
-                f"cuDNN {cudnn} is not a release gpuenv knows",
-                "cuDNN releases have four-part versions (9.1.0.70); this one is in no build list",
-                f"use a cuDNN release built for CUDA {major}, e.g. {', '.join(candidates[-3:]) or 'none'}",
+                f"cuDNN {declared} is not a release gpuenv knows for CUDA {major}",
+                "gpuenv installs a system cuDNN only from a build in its data (release and build, e.g. 9.1.0.70, "
+                "with the CUDA toolkits NVIDIA lists for it)",
+                f"use a release gpuenv has for CUDA {major}: the nearest are {' and '.join(nearest)}"
+                if nearest
+                else f"gpuenv has no cuDNN for CUDA {major}; set cudnn: none",
                 "pypi_cudnn",
             )
             return
+        self.cudnn = cudnn = build
         majors = self.data.cudnn_cuda_majors(cudnn)
         if major in majors:
             return
@@ -499,8 +506,8 @@ class _Checker:
         if self.stack.cudnn != "none":
             candidates.append(
                 (
-                    f"the system cuDNN {self.stack.cudnn}",
-                    self.stack.cudnn,
+                    f"the system cuDNN {self.cudnn or self.stack.cudnn}",
+                    self.cudnn or self.stack.cudnn,
                     "set cudnn to a release below 9.11, e.g. 9.10.2.21",
                 )
             )
@@ -575,10 +582,36 @@ class _Checker:
                 "derived",
             )
 
+    def check_os_python(self, backend: str | None) -> None:
+        """The venv backend builds from the OS's python3.X package: a Python the OS does not ship
+        fails on the host only after the driver and CUDA stages changed it, so refuse it here."""
+        os_name = self.host_os or self.stack.os
+        mismatch = any(f.rule == "os-mismatch" for f in self.findings)  # that error comes first
+        if os_name is None or mismatch or (backend or "venv") != "venv":
+            return
+        shipped, source = self.data.os_pythons(os_name)
+        py = self.stack.python
+        if not shipped or py in shipped:
+            return
+        others = [name for name in self.data.os if py in self.data.os_pythons(name)[0]]
+        where = f", or an OS that ships it ({', '.join(others)})" if others else ""
+        sources = [source or "derived", *(self.data.os_pythons(name)[1] or "derived" for name in others)]
+        self.add(
+            "os-python",
+            ERROR,
+            f"Python {py} is not packaged for {os_name}, which ships {', '.join(shipped)}",
+            f"the venv backend builds the environment from the OS's python{py} package, and {os_name}'s "
+            "repositories have none; the conda backend brings its own Python from its channel",
+            f'set python: "{shipped[-1]}" for {os_name}, or pytorch_env_backend: conda{where}',
+            *dict.fromkeys(sources),
+        )
+
     def resolved(self) -> dict[str, Any]:
         out = self.stack.as_dict()
         out["cuda"] = self.toolkit or self.stack.cuda
         out["cuda_declared"] = self.stack.cuda
+        out["cudnn"] = self.cudnn or self.stack.cudnn
+        out["cudnn_declared"] = self.stack.cudnn
         out["torch_variant"] = self.variant.name if self.variant else self.stack.torch_variant
         out["torch_variant_derived"] = self.variant_derived
         out["torch_cuda"] = self.variant.cuda if self.variant else None
@@ -614,8 +647,10 @@ def check(
     data: CompatData | None = None,
     host_gpus: Iterable[Mapping[str, str]] = (),
     host_facts: Mapping[str, Any] | None = None,
+    backend: str | None = None,
 ) -> Report:
-    """Judge a well-formed stack (and, where given, the host's GPUs and OS) against the data."""
+    """Judge a well-formed stack (and, where given, the host's GPUs and OS, and the environment's
+    backend) against the data."""
     checker = _Checker(stack, data or load())
     checker.resolve_gpus(host_gpus)
     checker.check_toolkit()
@@ -626,4 +661,5 @@ def check(
     for gpu in checker.gpus:
         checker.check_gpu(gpu)
     checker.check_os(host_facts)
+    checker.check_os_python(backend)
     return Report(stack=stack, gpus=checker.gpus, findings=checker.findings, resolved=checker.resolved())

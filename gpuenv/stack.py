@@ -65,9 +65,10 @@ FIELDS: dict[str, Field] = {
         Field(
             "cudnn",
             True,
-            r"none|\d{1,3}\.\d{1,3}\.\d{1,4}\.\d{1,4}",
+            r"none|\d{1,3}\.\d{1,3}\.\d{1,4}(\.\d{1,4})?",
             "9.1.0.70",
-            "the system cuDNN installed into the CUDA tree, four parts, or none",
+            'a cuDNN release ("8.2.1", which means its build in the data) or build ("9.1.0.70") to install '
+            "into the CUDA tree, or none",
         ),
         Field("python", True, r"3\.\d{1,3}", "3.11", "the Python version of the environment"),
         Field("torch", True, r"\d{1,3}\.\d{1,3}\.\d{1,4}", "2.5.1", "the PyTorch release"),
@@ -160,6 +161,12 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 def load_stack_file(path: Path) -> dict[str, Any]:
     """Read a stack file and return its `gpu_stack` mapping, or raise SpecError."""
+    return load_stack_document(path)[TOP_KEY]  # type: ignore[no-any-return]
+
+
+def load_stack_document(path: Path) -> dict[str, Any]:
+    """Read a stack file (a group_vars document) whose `gpu_stack` is a mapping, or raise SpecError.
+    The variables beside gpu_stack matter too: pytorch_env_backend decides who provides Python."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -184,7 +191,7 @@ def load_stack_file(path: Path) -> dict[str, Any]:
     stack = document[TOP_KEY]
     if not isinstance(stack, dict):
         raise SpecError([f"{path}: '{TOP_KEY}' must be a mapping of keys to values, not {_kind(stack)}."])
-    return stack
+    return document
 
 
 def _kind(value: Any) -> str:  # noqa: PLR0911 - one return per YAML type

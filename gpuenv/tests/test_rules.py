@@ -3,11 +3,12 @@ source key in gpuenv/data/compat.yaml) that decides its expected verdict."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuenv.checkspec import check_mapping
+from gpuenv.checkspec import check_file, check_mapping
 
 
 def stack(**keys: Any) -> dict[str, Any]:
@@ -427,3 +428,96 @@ def test_overriding_torch_drops_the_profiles_variant() -> None:
     assert result["exit_code"] == 0, result["errors"]
     assert result["stack"]["torch_variant"] == "cu124"
     assert result["stack"]["torch_variant_derived"] is True
+
+
+# --- cuDNN written as people write it (issue 15): the release, three parts, means its build ---
+@pytest.mark.parametrize(
+    ("declared", "cuda", "build"),
+    [
+        ("9.1.0", "12.4.1", "9.1.0.70"),  # NVIDIA's downloads page names releases in three parts
+        ("8.9.2", "12.1.1", "8.9.2.26"),
+        ("8.9.7", "12.4.1", "8.9.7.29"),  # a build only CUDA 12 has on PyPI
+        ("9.1.0.70", "12.4.1", "9.1.0.70"),  # the build itself
+    ],
+)
+def test_a_three_part_cudnn_resolves_to_its_build(declared: str, cuda: str, build: str) -> None:
+    keys = stack(cudnn=declared, cuda=cuda, driver="550")
+    if cuda.startswith("12.1"):
+        keys.update(torch="2.1.2", torch_variant="cu121", python="3.11", driver="535")
+    result = check_mapping(keys)
+    assert result["exit_code"] == 0, result
+    assert result["stack"]["cudnn"] == build
+    assert result["stack"]["cudnn_declared"] == declared
+
+
+def test_an_unknown_cudnn_release_names_the_nearest_for_that_cuda_major() -> None:
+    result = check_mapping(stack(cudnn="9.1.5"))
+    (error,) = result["errors"]
+    assert error["rule"] == "cudnn-unknown"
+    assert error["message"] == "cuDNN 9.1.5 is not a release gpuenv knows for CUDA 12"
+    assert error["fix"] == "use a release gpuenv has for CUDA 12: the nearest are 9.1.1.17 and 9.2.0.82"
+
+
+def test_cudnn_of_two_or_five_parts_is_malformed_with_a_readable_message() -> None:
+    for bad in ("9.1", "9.1.0.70.1"):
+        result = check_mapping(stack(cudnn=bad))
+        assert result["exit_code"] == 2
+        (problem,) = [e["message"] for e in result["errors"]]
+        assert f"gpu_stack.cudnn: '{bad}' is not a cuDNN release (\"8.2.1\", which means its build" in problem
+
+
+# --- a Python the OS does not ship, with the venv backend (issue 15; docs/research/python-per-os.md) ---
+def test_python_39_on_debian_12_is_refused_naming_the_backends_and_oses_that_serve_it() -> None:
+    result = check_mapping(
+        stack(
+            os="debian12",
+            python="3.9",
+            torch="1.12.1",
+            torch_variant="cu116",
+            cuda="11.6.2",
+            cudnn="none",
+            driver="510",
+        )
+    )
+    errors = {e["rule"]: e for e in result["errors"]}
+    error = errors["os-python"]
+    assert error["message"] == "Python 3.9 is not packaged for debian12, which ships 3.11"
+    assert (
+        error["fix"] == 'set python: "3.11" for debian12, or pytorch_env_backend: conda, or an OS that ships it (rhel9)'
+    )
+    assert [s["key"] for s in error["sources"]][:2] == ["debian_python_bookworm", "rhel9_python"]
+
+
+@pytest.mark.parametrize(
+    ("os_name", "python", "backend", "refused"),
+    [
+        ("debian12", "3.11", None, False),
+        ("debian12", "3.12", None, True),
+        ("debian12", "3.12", "conda", False),  # the channel brings its own Python
+        ("debian13", "3.13", None, False),
+        ("debian13", "3.11", "venv", True),
+        ("ubuntu2204", "3.11", None, True),  # jammy's python3.11 is a 3.11.0 release candidate
+        ("ubuntu2404", "3.12", None, False),
+        ("rhel9", "3.12", None, False),
+        ("rhel9", "3.10", None, True),
+    ],
+)
+def test_python_per_os_and_backend(os_name: str, python: str, backend: str | None, refused: bool) -> None:
+    result = check_mapping(stack(os=os_name, python=python, torch="2.5.1"), backend=backend)
+    assert ("os-python" in {e["rule"] for e in result["errors"]}) is refused, result["errors"]
+
+
+def test_the_preflight_judges_the_hosts_os_when_the_stack_names_none() -> None:
+    facts = {"distribution": "Debian", "distribution_major_version": "12", "distribution_version": "12.8"}
+    result = check_mapping(stack(python="3.12"), host_facts=facts)
+    assert "os-python" in {e["rule"] for e in result["errors"]}
+    assert check_mapping(stack(python="3.12"))["exit_code"] == 0  # no OS known: nothing to judge
+
+
+def test_check_spec_reads_the_backend_beside_the_stack(tmp_path: Path) -> None:
+    path = tmp_path / "gpu_hosts.yml"
+    body = 'gpu_stack: {profile: torch-2.5-cu124, os: debian12, python: "3.12"}\n'
+    path.write_text(body)
+    assert check_file(path)["exit_code"] == 1
+    path.write_text(body + "pytorch_env_backend: conda\n")
+    assert check_file(path)["exit_code"] == 0

@@ -30,12 +30,13 @@ def gpuenv_check_stack(
     nvidia_smi: str | None = None,
     host_gpus: list[dict[str, str]] | None = None,
     host_facts: dict[str, Any] | None = None,
+    backend: str | None = None,
 ) -> dict[str, Any]:
     gpus = list(host_gpus or [])
     if nvidia_smi:
         gpus.extend(parse_nvidia_smi_gpus(str(nvidia_smi)))
     facts = {str(k): v for k, v in host_facts.items()} if host_facts else None
-    result = check_mapping(stack, host_gpus=gpus, host_facts=facts)
+    result = check_mapping(stack, host_gpus=gpus, host_facts=facts, backend=str(backend) if backend else None)
     result["text"] = format_text(result, verbose_sources=False)
     return result
 
