@@ -178,6 +178,31 @@ class CompatData:
                 return found[-1]
         return None
 
+    def cudnn_support(self, build: str, cuda_major: str) -> dict[str, Any] | None:
+        """The support-matrix entry for a cuDNN build's CUDA major: {"cuda": [lo, hi], "source",
+        "packager"}, or None where the data has no range for that release."""
+        release = versions.parse(build)[:3]
+        for entry in self.raw["cudnn"].get("support", []):
+            if str(entry["major"]) == cuda_major and versions.parse(str(entry["first"])) <= release <= versions.parse(
+                str(entry["last"])
+            ):
+                return {
+                    "cuda": [str(c) for c in entry["cuda"]],
+                    "source": entry["source"],
+                    "packager": bool(entry.get("packager")),
+                }
+        return None
+
+    def cudnn_supporting(self, toolkit_xy: str, cuda_major: str) -> list[str]:
+        """Builds for that CUDA major whose matrix range includes the toolkit X.Y, oldest first."""
+        want = versions.parse(toolkit_xy)
+        found = []
+        for build in sorted(self.cudnn_builds.get(cuda_major, ()), key=versions.parse):
+            entry = self.cudnn_support(build, cuda_major)
+            if entry and versions.parse(entry["cuda"][0]) <= want <= versions.parse(entry["cuda"][1]):
+                found.append(build)
+        return found
+
     def cudnn_nearest(self, declared: str, cuda_major: str) -> list[str]:
         """The builds for that CUDA major just below and just above a release the data lacks."""
         want = versions.parse(declared)[:3]

@@ -379,6 +379,7 @@ class _Checker:
         self.cudnn = cudnn = build
         majors = self.data.cudnn_cuda_majors(cudnn)
         if major in majors:
+            self._check_cudnn_minor(cudnn, major)
             return
         builds = sorted(self.data.cudnn_builds.get(major, ()), key=versions.parse)
         pick = f"e.g. {builds[-1]} (the newest with a CUDA {major} build)" if builds else "none"
@@ -404,6 +405,28 @@ class _Checker:
             else f"no cuDNN is built for CUDA {major}",
             f"choose a cuDNN built for CUDA {major}, {pick}, or set cudnn: none",
             "pypi_cudnn",
+        )
+
+    def _check_cudnn_minor(self, build: str, major: str) -> None:
+        """The build of a CUDA major supports a range of that major's toolkits (NVIDIA's matrix)."""
+        entry = self.data.cudnn_support(build, major)
+        toolkit_xy = versions.major_minor(self.toolkit or "")
+        if entry is None or not toolkit_xy:
+            return
+        low, high = entry["cuda"]
+        if versions.parse(low) <= versions.parse(toolkit_xy) <= versions.parse(high):
+            return
+        fitting = self.data.cudnn_supporting(toolkit_xy, major)
+        whose = "a packager's reading of NVIDIA's support matrix" if entry["packager"] else "NVIDIA's support matrix"
+        self.add(
+            "cudnn-cuda-minor",
+            WARNING if entry["packager"] else ERROR,
+            f"cuDNN {build} for CUDA {major} supports CUDA {low} to {high}, not {toolkit_xy} (CUDA {self.toolkit})",
+            f"{whose} lists CUDA {low} to {high} for this build; outside it cuDNN may fail to load or misbehave",
+            f"use a cuDNN whose matrix lists CUDA {toolkit_xy}, e.g. {fitting[-1]}"
+            if fitting
+            else f"use a CUDA {major} toolkit from {low} to {high}, or set cudnn: none",
+            entry["source"],
         )
 
     # --- per GPU -----------------------------------------------------------------------------

@@ -293,13 +293,42 @@ CASES: list[tuple[str, dict[str, Any], int, set[str], set[str]]] = [
     ("cc-written-12.00", stack(gpu="12.00"), 1, {"gpu-torch-arch", "gpu-cuda-toolkit", "gpu-driver-too-old"}, set()),
     ("cc-in-no-generation", {"profile": "torch-2.14-cu130", "gpu": "13.0"}, 1, {"gpu-torch-arch"}, {"gpu-unknown-cc"}),
     ("jetson-orin-is-not-covered", stack(gpu="Jetson AGX Orin"), 0, set(), {"gpu-jetson"}),
-    # --- cuDNN between the first and last build of a major but not on PyPI: tarball may exist ---
+    # 8.9.7.29 for CUDA 11 is a tarball only (no wheel): packagers fetch it (cudnn8-releases.md 1a)
     (
-        "cudnn-8.9.7-cuda11-tarball-only",
+        "cudnn-8.9.7-cuda11-tarball",
         stack(cuda="11.8.0", cudnn="8.9.7.29", driver="535", torch="2.7.1", torch_variant="cu118"),
         0,
         set(),
-        {"cudnn-cuda"},
+        set(),
+    ),
+    # --- the CUDA minors each cuDNN build supports (NVIDIA's support matrices; nixpkgs where none) ---
+    (
+        "cudnn-8.2.1-on-cuda-11.3-the-recipe",
+        stack(cuda="11.3.1", cudnn="8.2.1", driver="470", torch="1.12.1", torch_variant="cu113", python="3.9"),
+        0,
+        set(),
+        set(),
+    ),
+    (
+        "cudnn-8.2.1-on-cuda-11.8-outside-its-matrix",
+        stack(cuda="11.8.0", cudnn="8.2.1", driver="520", torch="2.0.1", torch_variant="cu118", python="3.10"),
+        1,
+        {"cudnn-cuda-minor"},
+        set(),
+    ),
+    (
+        "cudnn-8.8-on-cuda-12.1-packager-range-warns",
+        stack(cuda="12.1.1", cudnn="8.8.1", driver="535", torch="2.1.2", torch_variant="cu121", python="3.11"),
+        0,
+        set(),
+        {"cudnn-cuda-minor"},
+    ),
+    (
+        "cudnn-9.0-on-cuda-12.4-outside-its-matrix",
+        stack(cudnn="9.0.0"),
+        1,
+        {"cudnn-cuda-minor"},
+        set(),
     ),
     # --- GPU names ---
     ("unknown-gpu-model", stack(gpu="NVIDIA Quantum 9000"), 1, {"gpu-unknown"}, set()),
@@ -521,3 +550,13 @@ def test_check_spec_reads_the_backend_beside_the_stack(tmp_path: Path) -> None:
     assert check_file(path)["exit_code"] == 1
     path.write_text(body + "pytorch_env_backend: conda\n")
     assert check_file(path)["exit_code"] == 0
+
+
+def test_cudnn_outside_its_matrix_names_a_build_that_lists_the_toolkit() -> None:
+    result = check_mapping(
+        stack(cuda="11.8.0", cudnn="8.2.1", driver="520", torch="2.0.1", torch_variant="cu118", python="3.10")
+    )
+    (error,) = result["errors"]
+    assert error["message"] == "cuDNN 8.2.1.32 for CUDA 11 supports CUDA 11.0 to 11.3, not 11.8 (CUDA 11.8.0)"
+    assert error["fix"] == "use a cuDNN whose matrix lists CUDA 11.8, e.g. 9.10.2.21"
+    assert [s["key"] for s in error["sources"]] == ["nv_cudnn_matrix_8"]
