@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,7 @@ class SpecError(Exception):
     """The stack cannot be read or does not match the schema (check-spec exit 2)."""
 
     def __init__(self, problems: list[str]) -> None:
+        problems = list(dict.fromkeys(problems))  # one line per problem, even for a list of repeats
         super().__init__("\n".join(problems))
         self.problems = problems
 
@@ -126,8 +128,57 @@ class Stack:
         return out
 
 
+# A stack file is a few hundred bytes and two levels deep; hostile input gets a clear refusal, not
+# a traceback, a hang or gigabytes of memory.
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 32
+_DECIMAL = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+
+
+class _NumberText(str):
+    """An integer that YAML 1.1 reads in another base or with separators (0550 is octal 360, 0x226
+    is 550, 1_000, 1:30 sexagesimal): kept as its text so that the stack check refuses it."""
+
+    value: int
+
+    def __new__(cls, text: str, value: int) -> _NumberText:
+        obj = super().__new__(cls, text)
+        obj.value = value
+        return obj
+
+    def why(self) -> str:
+        text = self.lstrip("+-")
+        if text.startswith(("0x", "0X")):
+            return "0x makes it hexadecimal"
+        if ":" in text:
+            return "a colon makes it base 60"
+        if "_" in text:
+            return "YAML drops the underscores"
+        return "a leading 0 makes it octal"
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys: PyYAML would keep the last one silently."""
+    """SafeLoader that refuses duplicate keys (PyYAML would keep the last one silently), nesting
+    deeper than MAX_DEPTH, and keeps non-decimal integers as _NumberText."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
+                raise SpecError(
+                    [f"line {line}: nested more than {MAX_DEPTH} levels deep; a stack file is a flat mapping."]
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int | _NumberText:
+    value: int = loader.construct_yaml_int(node)
+    return value if _DECIMAL.fullmatch(str(node.value)) else _NumberText(str(node.value), value)
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -157,6 +208,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def load_stack_file(path: Path) -> dict[str, Any]:
@@ -167,20 +219,15 @@ def load_stack_file(path: Path) -> dict[str, Any]:
 def load_stack_document(path: Path) -> dict[str, Any]:
     """Read a stack file (a group_vars document) whose `gpu_stack` is a mapping, or raise SpecError.
     The variables beside gpu_stack matter too: pytorch_env_backend decides who provides Python."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(
-            [f"{path}: no such file. Fix: give the path of a group_vars file that holds gpu_stack."]
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([f"{path}: cannot be read ({exc})."]) from None
+    text = _read_small_file(path)
     try:
         document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
     except SpecError as exc:
         raise SpecError([f"{path}: {p}" for p in exc.problems]) from None
     except yaml.YAMLError as exc:
-        raise SpecError([f"{path}: not valid YAML: {exc}"]) from None
+        raise SpecError([f"{path}: not valid YAML: {_short(str(exc), 300)}"]) from None
+    except RecursionError:
+        raise SpecError([f"{path}: nested too deeply to read; a stack file is a flat mapping."]) from None
     if not isinstance(document, dict) or TOP_KEY not in document:
         raise SpecError(
             [
@@ -192,6 +239,25 @@ def load_stack_document(path: Path) -> dict[str, Any]:
     if not isinstance(stack, dict):
         raise SpecError([f"{path}: '{TOP_KEY}' must be a mapping of keys to values, not {_kind(stack)}."])
     return document
+
+
+def _read_small_file(path: Path) -> str:
+    """The text of a regular file of at most MAX_BYTES (a link to a device or a FIFO would hang
+    the read, a huge file would fill memory)."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError([f"{path}: not a regular file; give the path of a group_vars file that holds gpu_stack."])
+        if info.st_size > MAX_BYTES:
+            raise SpecError([f"{path}: {info.st_size} bytes, over the {MAX_BYTES}-byte limit for a stack file."])
+        with path.open("rb") as handle:
+            return handle.read(MAX_BYTES + 1)[:MAX_BYTES].decode("utf-8")
+    except FileNotFoundError:
+        raise SpecError(
+            [f"{path}: no such file. Fix: give the path of a group_vars file that holds gpu_stack."]
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"{path}: cannot be read ({_short(str(exc), 200)})."]) from None
 
 
 def _kind(value: Any) -> str:  # noqa: PLR0911 - one return per YAML type
@@ -221,6 +287,12 @@ def _as_text(key: str, value: Any, problems: list[str]) -> str | None:
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
         hint = " (write none as the word none)" if key == "cudnn" and value is None else ""
         problems.append(f'gpu_stack.{key}: expected a string such as "{spec.example}", got {_kind(value)}{hint}.')
+        return None
+    if isinstance(value, _NumberText):
+        problems.append(
+            f"gpu_stack.{key}: {_short(str(value))} is read by YAML as the number {_short(str(value.value))} "
+            f'({value.why()}). Fix: quote it, e.g. {key}: "{spec.example}".'
+        )
         return None
     if isinstance(value, float):
         # python: 3.10 is the float 3.1 to YAML; cuda: 12.10 would be 12.1.
@@ -278,7 +350,7 @@ def parse_stack(raw: dict[str, Any], data: CompatData) -> Stack:
             close = difflib.get_close_matches(profile_name, data.profiles, n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
             problems.append(
-                f"gpu_stack.profile: no profile named {profile_name!r}.{hint} "
+                f"gpu_stack.profile: no profile named {_short(profile_name)!r}.{hint} "
                 f"Known profiles: {', '.join(sorted(data.profiles))} (gpuenv profiles shows them)."
             )
         else:
@@ -293,7 +365,7 @@ def parse_stack(raw: dict[str, Any], data: CompatData) -> Stack:
                 from_profile.remove("torch_variant")
 
     if "os" in values and values["os"] not in data.os:
-        problems.append(f"gpu_stack.os: {values['os']!r} is not one of {', '.join(data.os)}.")
+        problems.append(f"gpu_stack.os: {_short(values['os'])!r} is not one of {', '.join(data.os)}.")
     declared = {str(k) for k in raw}
     missing = [k for k, f in FIELDS.items() if f.required and k not in values and k not in declared]
     if missing:

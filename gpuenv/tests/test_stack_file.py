@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import subprocess
 from pathlib import Path
 
@@ -150,3 +152,111 @@ def test_packages_are_carried_into_the_resolved_stack(tmp_path: Path) -> None:
     result = check_file(path)
     assert result["exit_code"] == 0
     assert result["stack"]["packages"] == ["numpy==2.3.4", "einops==0.8.1"]
+
+
+# --- hostile stack files (issue 17, item 12): never a traceback, a hang or a flood ---
+BASE = 'cuda: "12.4.1", cudnn: none, python: "3.11", torch: "2.5.1"'
+
+
+@pytest.mark.parametrize(
+    ("driver", "says"),
+    [
+        ("0550", "0550 is read by YAML as the number 360 (a leading 0 makes it octal)"),
+        ("0x226", "0x226 is read by YAML as the number 550 (0x makes it hexadecimal)"),
+        ("0o1046", "'0o1046' is not a driver branch"),  # YAML 1.2's octal is a string to YAML 1.1
+        ("5_50", "(YAML drops the underscores)"),
+        ("9:10", "(a colon makes it base 60)"),
+    ],
+)
+def test_integers_yaml_reads_in_another_base_are_refused(tmp_path: Path, driver: str, says: str) -> None:
+    path = tmp_path / "s.yml"
+    path.write_text(f"gpu_stack: {{driver: {driver}, {BASE}}}\n")
+    result = check_file(path)
+    assert result["exit_code"] == 2, result
+    assert says in result["errors"][0]["message"]
+
+
+def test_deep_nesting_a_device_a_fifo_and_a_huge_file_are_refused(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yml"
+    deep.write_text("gpu_stack: " + "[" * 5000 + "]" * 5000 + "\n")
+    device = tmp_path / "device.yml"
+    device.symlink_to("/dev/zero")
+    fifo = tmp_path / "fifo.yml"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.yml"
+    huge.write_text("gpu_stack: {}\n# " + "x" * (2 << 20) + "\n")
+    for path, says in (
+        (deep, "nested more than 32 levels deep"),
+        (device, "not a regular file"),
+        (fifo, "not a regular file"),
+        (huge, "over the 1048576-byte limit"),
+    ):
+        result = check_file(path)
+        assert result["exit_code"] == 2, path
+        assert says in result["errors"][0]["message"], result
+
+
+def test_a_billion_laughs_gives_one_line_per_problem(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    lines.append(f'gpu_stack: {{driver: "550", {BASE}, gpu: *a8}}')
+    path = tmp_path / "laughs.yml"
+    path.write_text("\n".join(lines) + "\n")
+    result = check_file(path)
+    assert result["exit_code"] == 2
+    assert len(result["errors"]) == 1
+
+
+def test_random_hostile_documents_never_crash_check_spec(tmp_path: Path) -> None:
+    """A few hundred documents built from YAML's traps; each must end in a verdict, exit 0, 1 or
+    2, with every echoed value short."""
+    rng = random.Random(17)  # noqa: S311 - repeatable test data, not secrets
+    values = [
+        "0550",
+        "0x226",
+        "1e400",
+        "-0",
+        ".nan",
+        "~",
+        "[]",
+        "{}",
+        "!!binary aGk=",
+        "&x 1",
+        "*x",
+        "'{{ x }}'",
+        '"' + "9" * 500 + '"',
+        "9" * 400,
+        "3.10",
+        "yes",
+        "2001-12-14",
+        '"\\u0000"',
+        "'12.4.1'",
+        '"none"',
+        "[[[[1]]]]",
+        "{a: {b: {c: d}}}",
+        '"8.2.1"',
+        '"550.54.15"',
+        "|\n    multi\n    line",
+        "? complex\n  : key",
+    ]
+    keys = [
+        "driver",
+        "cuda",
+        "cudnn",
+        "python",
+        "torch",
+        "torch_variant",
+        "gpu",
+        "os",
+        "profile",
+        "packages",
+        "x" * 300,
+    ]
+    path = tmp_path / "r.yml"
+    for _ in range(300):
+        body = "\n".join(f"  {rng.choice(keys)}: {rng.choice(values)}" for _ in range(rng.randint(0, 8)))
+        path.write_text(f"gpu_stack:\n{body}\n" if rng.random() < 0.9 else body)
+        result = check_file(path)
+        assert result["exit_code"] in (0, 1, 2), result
+        for finding in result["errors"] + result["warnings"]:
+            assert len(finding["message"]) < 1000, finding["message"]
