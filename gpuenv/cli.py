@@ -48,7 +48,8 @@ def _profiles(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     try:
-        hosts = fleetreport.load(Path(args.dir))
+        since = fleetreport.parse_since(args.since) if args.since else None
+        hosts = fleetreport.load(Path(args.dir), since, args.run)
     except fleetreport.ReportError as exc:
         print(f"gpuenv report: {exc}", file=sys.stderr)
         return 2
@@ -98,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dir", help="directory with one verify JSON per host, e.g. reports/")
     report.add_argument("--md", help="also write the Markdown here")
     report.add_argument("--html", help="write the self-contained HTML page here")
+    report.add_argument(
+        "--since",
+        help="the run's start (ISO 8601, e.g. 2026-12-01T22:48:00+00:00): a report made before it is marked STALE",
+    )
+    report.add_argument("--run", help="the playbooks' run id: a report of another run is marked STALE")
     report.set_defaults(func=_report)
 
     # Listed for --help; main() hands `verify ...` to gpuenv.verify's own parser.

@@ -5,6 +5,7 @@ Markdown for terminals and pull requests; one self-contained HTML page for peopl
 
 from __future__ import annotations
 
+import datetime
 import html
 import json
 from dataclasses import dataclass
@@ -45,6 +46,14 @@ class Host:
     name: str
     exit_code: int
     checks: dict[str, dict[str, Any]]
+    generated: str = ""
+    stale: bool = False
+
+    def mark(self) -> str:
+        """What the host column says beside the name."""
+        if self.stale:
+            return f"STALE (report from {self.generated or 'an older gpuenv'}, not from this run)"
+        return {0: "", 1: "FAILED", 2: "FAILED (verify could not check)"}.get(self.exit_code, "FAILED")
 
     def group_status(self, group: str) -> str:
         statuses = [c["status"] for cid, c in self.checks.items() if cid.split(".")[0] == group]
@@ -67,7 +76,21 @@ class Host:
         return [c for c in self.checks.values() if c["status"] in ("fail", "warn")]
 
 
-def load(directory: Path) -> list[Host]:
+def _when(text: str) -> datetime.datetime:
+    moment = datetime.datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)  # noqa: UP017
+
+
+def parse_since(text: str) -> datetime.datetime:
+    try:
+        return _when(text)
+    except ValueError:
+        raise ReportError(f"--since {text[:60]!r} is not an ISO 8601 time such as 2026-12-01T22:48:00+00:00") from None
+
+
+def load(directory: Path, since: datetime.datetime | None = None, run: str | None = None) -> list[Host]:
+    """The reports in directory. A report made before since, or (with run, the playbooks' run id)
+    belonging to another run, is stale: that host was not verified in this run."""
     files = sorted(directory.glob("*.json"))
     hosts = []
     for path in files:
@@ -75,28 +98,44 @@ def load(directory: Path) -> list[Host]:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ReportError(f"{path}: not a readable gpuenv verify report ({exc})") from exc
-        if data.get("schema_version") != 1:
-            raise ReportError(f"{path}: schema_version {data.get('schema_version')!r}, this gpuenv reads 1")
-        hosts.append(Host(data["host"], int(data["exit_code"]), {c["id"]: c for c in data["checks"]}))
+        if data.get("schema_version") not in (1, 2):
+            raise ReportError(f"{path}: schema_version {data.get('schema_version')!r}, this gpuenv reads 1 and 2")
+        generated = str(data.get("generated") or "")
+        hosts.append(
+            Host(
+                data["host"],
+                int(data["exit_code"]),
+                {c["id"]: c for c in data["checks"]},
+                generated=generated,
+                # Version 1 reports carry no time and no run: older than any run that asks.
+                stale=(since is not None and (not generated or _when(generated) < since))
+                or (run is not None and data.get("run") != run),
+            )
+        )
     if not hosts:
         raise ReportError(f"no gpuenv verify reports (*.json) in {directory}; run playbooks/site.yml or verify.yml")
     return hosts
 
 
 def _groups(hosts: list[Host]) -> list[str]:
-    """The columns: every group, the drift column only in a drift report (playbooks/drift.yml)."""
-    drift = any(cid.startswith("drift.") for h in hosts for cid in h.checks)
-    return [g for g in GROUPS if g != "drift" or drift]
+    """The columns: the known groups in their order, the drift column only in a drift report
+    (playbooks/drift.yml), then every other prefix a report's check ids use (a new check gets its
+    column without an edit here)."""
+    found = {cid.split(".")[0] for h in hosts for cid in h.checks}
+    known = [g for g in GROUPS if g != "drift" or "drift" in found]
+    return known + sorted(found - set(GROUPS))
+
+
+def _column(group: str) -> str:
+    return _GROUP_LABEL.get(group, group.replace("_", " "))
 
 
 def markdown(hosts: list[Host]) -> str:
     groups = _groups(hosts)
-    lines = [
-        "| host | " + " | ".join(_GROUP_LABEL[g] for g in groups) + " | " + " | ".join(v[0] for v in _VERSIONS) + " |"
-    ]
+    lines = ["| host | " + " | ".join(_column(g) for g in groups) + " | " + " | ".join(v[0] for v in _VERSIONS) + " |"]
     lines.append("|" + "---|" * (1 + len(groups) + len(_VERSIONS)))
     for h in hosts:
-        cells = [h.name + (" **FAILED**" if h.exit_code else "")]
+        cells = [h.name + (f" **{h.mark()}**" if h.mark() else "")]
         cells += [_MARK[h.group_status(g)] for g in groups]
         for _label, cid, key in _VERSIONS:
             found, declared, drift = h.version(cid, key)
@@ -109,7 +148,7 @@ def markdown(hosts: list[Host]) -> str:
             lines.append(
                 f"- {name} `{c['id']}` {c['status']}: {c['summary']}" + (f". Fix: {c['hint']}" if c["hint"] else "")
             )
-    ok = sum(h.exit_code == 0 for h in hosts)
+    ok = sum(h.exit_code == 0 and not h.stale for h in hosts)
     lines += ["", f"{ok} of {len(hosts)} hosts passed every check (skips are checks that could not run here)."]
     return "\n".join(lines) + "\n"
 
@@ -117,10 +156,11 @@ def markdown(hosts: list[Host]) -> str:
 def html_page(hosts: list[Host]) -> str:
     e = html.escape
     groups = _groups(hosts)
-    head = "".join(f"<th>{e(_GROUP_LABEL[g])}</th>" for g in groups) + "".join(f"<th>{e(v[0])}</th>" for v in _VERSIONS)
+    head = "".join(f"<th>{e(_column(g))}</th>" for g in groups) + "".join(f"<th>{e(v[0])}</th>" for v in _VERSIONS)
     rows = []
     for h in hosts:
-        cells = [f'<th class="host">{e(h.name)}{" <span class=bad>failed</span>" if h.exit_code else ""}</th>']
+        mark = f" <span class=bad>{e(h.mark().lower())}</span>" if h.mark() else ""
+        cells = [f'<th class="host">{e(h.name)}{mark}</th>']
         for g in groups:
             s = h.group_status(g)
             cells.append(f'<td style="background:{_COLOUR[s]}" title="{e(g)}: {e(s or "no check")}">{_MARK[s]}</td>')
@@ -136,7 +176,7 @@ def html_page(hosts: list[Host]) -> str:
         for h in hosts
         for c in h.failures()
     ]
-    ok = sum(h.exit_code == 0 for h in hosts)
+    ok = sum(h.exit_code == 0 and not h.stale for h in hosts)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>gpuenv fleet report</title>
 <style>

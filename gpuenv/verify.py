@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
+import hashlib
 import json
 import os
 import queue
@@ -28,12 +30,14 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+# 2: the report says when it was made (generated) and which stack it checked (stack_id), and a run
+# that could not check (exit 2) still writes one, with a failing verify.run check.
+SCHEMA_VERSION = 2
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 NO_GPU = "no CUDA device visible to torch (no GPU, or no driver loaded)"
 
@@ -805,18 +809,60 @@ def _nvml_or_skip(ctx: Context) -> Check:
 
 
 def exit_code(checks: list[Check]) -> int:
-    return 1 if any(c.status == FAIL for c in checks) else 0
+    return exit_code_of((c.id, c.status) for c in checks)
 
 
-def to_json(checks: list[Check], host: str) -> dict[str, Any]:
+def exit_code_of(results: Iterable[tuple[str, str]]) -> int:
+    """The report's exit code from (check id, status) pairs, for verify's checks and the reports
+    drift merges alike: 0 every check passed, 1 a check failed, 2 verify could not check."""
+    failed = {check_id for check_id, status in results if status == FAIL}
+    if RUN_CHECK in failed:
+        return 2
+    return 1 if failed else 0
+
+
+RUN_CHECK = "verify.run"
+
+
+def stack_id(expect: dict[str, Any]) -> str | None:
+    """Which stack a report checked: a hash of the expectations it was given."""
+    if not expect:
+        return None
+    return hashlib.sha256(json.dumps(expect, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def now() -> str:
+    # timezone.utc, not datetime.UTC (3.11): hosts run verify with the environment's Python, 3.8 and up
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")  # noqa: UP017
+
+
+def to_json(
+    checks: list[Check], host: str, *, generated: str | None = None, stack: str | None = None, run: str | None = None
+) -> dict[str, Any]:
     counts = {s: sum(c.status == s for c in checks) for s in (PASS, FAIL, WARN, SKIP)}
     return {
         "schema_version": SCHEMA_VERSION,
         "host": host,
+        "generated": generated or now(),
+        "stack_id": stack,
+        "run": run,
         "exit_code": exit_code(checks),
         "counts": counts,
         "checks": [asdict(c) for c in checks],
     }
+
+
+def could_not_run(summary: str, error: str, hint: str) -> list[Check]:
+    """The report of a run that could not check the host: one failing verify.run check that
+    carries the error, so that the host shows as failed, never as missing or as its old report."""
+    return [Check(RUN_CHECK, FAIL, summary, observed=error[-2000:], expected="verify runs its checks", hint=hint)]
+
+
+def failed_report(  # noqa: PLR0917 - the playbooks' filter passes these by position
+    host: str, summary: str, error: str, hint: str, expect: dict[str, Any] | None = None, run: str | None = None
+) -> dict[str, Any]:
+    """The JSON report of a run that could not check (for the playbooks' stand-ins too)."""
+    return to_json(could_not_run(summary, error, hint), host, stack=stack_id(expect or {}), run=run)
 
 
 def to_junit(checks: list[Check], host: str) -> str:
@@ -872,31 +918,68 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prom", help="write Prometheus text format here (node_exporter textfile collector)")
     parser.add_argument("--require-gpu", action="store_true", help="GPU checks fail instead of skipping")
     parser.add_argument("--no-distributed", action="store_true", help="skip the multi-process all-reduce")
+    parser.add_argument(
+        "--run", help="an id of the run this report belongs to (gpuenv report --run marks others stale)"
+    )
+    parser.add_argument(
+        "--python-missing",
+        metavar="PATH",
+        help=argparse.SUPPRESS,  # gpuenv-verify: the environment's Python PATH is gone; report that
+    )
     args = parser.parse_args(argv)
+    host = os.uname().nodename
     expect: dict[str, Any] = {}
+    checks: list[Check] = []
     if args.stack:
         try:
             expect = json.loads(sys.stdin.read() if args.stack == "-" else Path(args.stack).read_text())
         except (OSError, ValueError) as exc:
-            print(f"gpuenv verify: cannot read {args.stack}: {exc}", file=sys.stderr)
-            return 2
+            checks = could_not_run(
+                f"cannot read the stack to check against, {args.stack}",
+                str(exc),
+                "run playbooks/site.yml (gpu_verify writes /etc/gpuenv/stack.json), or pass --stack FILE",
+            )
+    if not checks and args.python_missing:
+        checks = could_not_run(
+            f"the environment's Python {args.python_missing} does not exist",
+            f"{args.python_missing}: no such file (the environment was removed or never built)",
+            "rebuild the environment: ansible-playbook playbooks/site.yml --limit <host> (stage pytorch_env)",
+        )
+    if not checks:
+        checks = _checks_or_why(expect, args)
+    report = to_json(checks, host, stack=stack_id(expect), run=args.run)
+    _write(report, checks, host, args)
+    return int(report["exit_code"])
+
+
+def _checks_or_why(expect: dict[str, Any], args: argparse.Namespace) -> list[Check]:
     try:
         import torch  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 - only here: --help needs no torch
     except Exception as exc:
-        print(
-            f"gpuenv verify: cannot import torch with {sys.executable}: {exc}. Run verify with the "
-            "environment's own Python (/opt/gpuenv/envs/<name>/bin/python).",
-            file=sys.stderr,
+        return could_not_run(
+            f"cannot import torch with {sys.executable}",
+            f"{type(exc).__name__}: {exc}",
+            "run verify with the environment's own Python (/opt/gpuenv/envs/<name>/bin/python); if it fails "
+            "there too, rebuild the environment with playbooks/site.yml",
         )
-        return 2
-    ctx = Context(expect=expect, require_gpu=args.require_gpu, torch=torch)
-    checks = run_checks(ctx, distributed=not args.no_distributed)
-    host = os.uname().nodename
-    report = to_json(checks, host)
+    try:
+        ctx = Context(expect=expect, require_gpu=args.require_gpu, torch=torch)
+        return run_checks(ctx, distributed=not args.no_distributed)
+    except Exception as exc:  # verify itself broke: say so in the report instead of leaving none
+        return could_not_run(
+            f"gpuenv verify itself failed ({type(exc).__name__})",
+            f"{type(exc).__name__}: {exc}",
+            "this is a gpuenv bug: keep this report and the output above when reporting it",
+        )
+
+
+def _write(report: dict[str, Any], checks: list[Check], host: str, args: argparse.Namespace) -> None:
     # With --json -, the report is the standard output and the lines for people go to stderr.
     human = sys.stderr if args.json_out == "-" else sys.stdout
     for c in checks:
         line = f"{c.status.upper():5} {c.id:24} {c.summary}" + (f"\n      fix: {c.hint}" if c.status == FAIL else "")
+        if c.id == RUN_CHECK and c.status == FAIL:
+            line += f"\n      error: {c.observed}"
         print(line, file=human)
     print(f"{report['counts']}; exit {report['exit_code']}", file=human)
     if args.json_out == "-":
@@ -907,7 +990,6 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.junit).write_text(to_junit(checks, host) + "\n")
     if args.prom:
         Path(args.prom).write_text(to_prometheus(checks, host))
-    return int(report["exit_code"])
 
 
 if __name__ == "__main__":

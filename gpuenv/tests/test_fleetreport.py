@@ -83,3 +83,40 @@ def test_the_html_report_renders_in_chromium(tmp_path: Path, repo: Path) -> None
     )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 5000  # a blank page is smaller than a rendered table
+
+
+def test_a_host_verify_could_not_check_and_a_stale_report_are_marked(tmp_path: Path) -> None:
+    ok = [verify.Check("torch.build", "pass", "ok", {"torch": "2.5.1"}, {"torch": "2.5.1"})]
+    report = verify.to_json(ok, "sb1", generated="2026-12-01T10:00:00+00:00")
+    (tmp_path / "sb1.json").write_text(json.dumps(report))
+    broken = verify.failed_report("sb2", "cannot import torch with /opt/x/bin/python", "No module named 'torch'", "h")
+    (tmp_path / "sb2.json").write_text(json.dumps(broken, default=str))
+    since = fleetreport.parse_since("2026-12-01T11:00:00+00:00")
+    md = fleetreport.markdown(fleetreport.load(tmp_path, since))
+    rows = {line.split(" ")[1]: line for line in md.splitlines() if line.startswith("| sb")}
+    assert rows["sb1"].startswith("| sb1 **STALE (report from 2026-12-01T10:00:00+00:00, not from this run)**")
+    assert rows["sb2"].startswith("| sb2 **FAILED (verify could not check)**")
+    assert "- sb2 `verify.run` fail: cannot import torch with /opt/x/bin/python" in md
+    assert "0 of 2 hosts passed every check" in md
+    # Without --since nothing is stale; a version 1 report (no time) is stale as soon as one asks.
+    assert "STALE" not in fleetreport.markdown(fleetreport.load(tmp_path))
+    del report["generated"]
+    report["schema_version"] = 1
+    (tmp_path / "sb1.json").write_text(json.dumps(report))
+    assert "STALE (report from an older gpuenv" in fleetreport.markdown(fleetreport.load(tmp_path, since))
+    # The playbooks mark by run id (no clocks to compare): a report of another run is stale.
+    mine = verify.to_json(ok, "sb1", run="20261201T230000-1")
+    (tmp_path / "sb1.json").write_text(json.dumps(mine))
+    by_run = fleetreport.markdown(fleetreport.load(tmp_path, run="20261201T230000-1"))
+    assert "| sb1 |" in by_run
+    assert "| sb2 **STALE" in by_run  # sb2's report names no run
+    with pytest.raises(fleetreport.ReportError, match="not an ISO 8601 time"):
+        fleetreport.parse_since("yesterday")
+
+
+def test_a_check_id_with_a_new_prefix_gets_its_own_column(tmp_path: Path) -> None:
+    _write(tmp_path, "sb1", [verify.Check("services.persistenced", "fail", "not running", hint="start it")])
+    md = fleetreport.markdown(fleetreport.load(tmp_path))
+    header = md.splitlines()[0]
+    assert header.split(" | ")[-len(fleetreport._VERSIONS) - 1] == "services"
+    assert "| sb1 **FAILED** | - | - | - | - | - | - | - | FAIL |" in md

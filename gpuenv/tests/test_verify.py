@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -132,7 +133,7 @@ def test_reports() -> None:
         verify.Check("cudnn.version", "fail", "cuDNN 90100, not 9.20.0.48", observed=90100, expected=92000, hint="x"),
     ]
     report = verify.to_json(checks, "sb1")
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
     assert report["exit_code"] == 1
     assert report["counts"] == {"pass": 1, "fail": 1, "warn": 0, "skip": 1}
     json.dumps(report)
@@ -143,15 +144,52 @@ def test_reports() -> None:
     assert 'gpuenv_verify_exit_code{host="sb1"} 1' in prom
 
 
-def test_without_torch_verify_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_torch_verify_still_writes_every_report_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("yaml")  # the controller's venv, which has no torch
     try:
         import torch  # type: ignore[import-not-found,unused-ignore]  # noqa: F401, PLC0415
     except ImportError:
-        assert verify.main(["--no-distributed"]) == 2
-        assert "cannot import torch" in capsys.readouterr().err
+        pass
     else:
-        pytest.skip("torch is importable here; the exit-2 path needs a Python without torch")
+        pytest.skip("torch is importable here; this path needs a Python without torch")
+    stack = tmp_path / "stack.json"
+    stack.write_text('{"torch": "2.5.1", "cuda": "12.4.1"}')
+    out = {name: tmp_path / name for name in ("v.json", "v.xml", "v.prom")}
+    argv = ["--stack", str(stack), "--json", str(out["v.json"]), "--junit", str(out["v.xml"])]
+    assert verify.main([*argv, "--prom", str(out["v.prom"]), "--no-distributed"]) == 2
+    report = json.loads(out["v.json"].read_text())
+    assert report["exit_code"] == 2
+    assert report["stack_id"] == verify.stack_id({"torch": "2.5.1", "cuda": "12.4.1"})
+    assert report["generated"].endswith("+00:00")
+    (check,) = report["checks"]
+    assert (check["id"], check["status"]) == ("verify.run", "fail")
+    assert check["summary"].startswith("cannot import torch with ")
+    assert "No module named 'torch'" in check["observed"]
+    assert ET.fromstring(out["v.xml"].read_text()).get("failures") == "1"  # noqa: S314 - XML verify just wrote
+    assert 'gpuenv_verify_exit_code{host="' in out["v.prom"].read_text()
+    assert "error: ModuleNotFoundError" in capsys.readouterr().out
+
+
+def test_a_missing_environment_or_stack_or_a_crash_is_reported_not_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "v.json"
+    missing = "/opt/gpuenv/envs/default/bin/python"
+    assert verify.main(["--python-missing", missing, "--json", str(out)]) == 2
+    assert json.loads(out.read_text())["checks"][0]["summary"] == f"the environment's Python {missing} does not exist"
+    assert verify.main(["--stack", str(tmp_path / "none.json"), "--json", str(out)]) == 2
+    assert json.loads(out.read_text())["checks"][0]["summary"].startswith("cannot read the stack to check against")
+
+    class FakeTorch:  # enough for import, not for the checks: run_checks breaks
+        pass
+
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch())
+    monkeypatch.setattr(verify, "run_checks", lambda ctx, distributed: 1 / 0)
+    assert verify.main(["--json", str(out)]) == 2
+    check = json.loads(out.read_text())["checks"][0]
+    assert check["summary"] == "gpuenv verify itself failed (ZeroDivisionError)"
 
 
 def test_the_resolved_stack_carries_what_verify_compares() -> None:

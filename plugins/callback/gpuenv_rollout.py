@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ansible.plugins.callback import CallbackBase  # type: ignore[import-untyped]
+from ansible.plugins.callback import CallbackBase
 
 DOCUMENTATION = """
 name: gpuenv_rollout

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from gpuenv import drift
+    from gpuenv import drift, verify
 except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import drift
+    from gpuenv import drift, verify
 
 
 def gpuenv_drift(
@@ -39,6 +39,16 @@ def gpuenv_merge_report(report: dict[str, Any], checks: list[dict[str, Any]]) ->
     return drift.merge_report(dict(report or {}), list(checks or []))
 
 
+def gpuenv_verify_failed_report(  # noqa: PLR0917 - a Jinja filter takes its arguments by position
+    host: str, summary: str, error: Any, hint: str, expect: Any = None, run: Any = None
+) -> dict[str, Any]:
+    """The verify report of a host verify could not check (a failing verify.run check carrying
+    the error): the same model gpuenv verify writes, for the playbooks' stand-ins."""
+    return verify.failed_report(
+        str(host), str(summary), str(error or ""), str(hint), dict(expect or {}), str(run) if run else None
+    )
+
+
 def gpuenv_stack_summary(resolved: dict[str, Any] | None) -> dict[str, str]:
     """The few versions a rollout summary shows of a resolved stack ({} when there is none)."""
     return drift.stack_summary(dict(resolved or {}))
@@ -50,4 +60,5 @@ class FilterModule:
             "gpuenv_drift": gpuenv_drift,
             "gpuenv_merge_report": gpuenv_merge_report,
             "gpuenv_stack_summary": gpuenv_stack_summary,
+            "gpuenv_verify_failed_report": gpuenv_verify_failed_report,
         }
