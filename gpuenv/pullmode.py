@@ -72,21 +72,18 @@ def problems(settings: dict[str, object]) -> list[str]:
     problem = url_problem(str(settings.get("url", "")), bool(settings.get("allow_insecure_url", False)))
     if problem:
         out.append(problem)
-    branch = str(settings.get("branch", ""))
-    if not _REF.fullmatch(branch):
-        out.append(f"pull_mode_branch {_show(branch)} is not a branch or tag name (letters, digits, . _ / + -)")
-    for key in ("inventory", "playbook"):
-        value = str(settings.get(key, ""))
-        if not _REL_PATH.fullmatch(value):
-            out.append(f"pull_mode_{key} {_show(value)} must be a relative path inside the repository, without '..'")
-    for key in ("venv", "checkout", "log"):
-        value = str(settings.get(key, ""))
-        if not _ABS_PATH.fullmatch(value):
-            out.append(f"pull_mode_{key} {_show(value)} must be an absolute path (letters, digits, . _ / + -)")
-    for key in ("interval", "randomized_delay"):
-        value = str(settings.get(key, ""))
-        if not _SPAN.fullmatch(value):
-            out.append(f"pull_mode_{key} {_show(value)} is not a systemd time span such as 30min or 1h 30min")
+    # (settings keys, the form each must have, what the form is)
+    forms = [
+        (("branch",), _REF, "is not a branch or tag name (letters, digits, . _ / + -)"),
+        (("inventory", "playbook"), _REL_PATH, "must be a relative path inside the repository, without '..'"),
+        (("venv", "checkout", "log"), _ABS_PATH, "must be an absolute path (letters, digits, . _ / + -)"),
+        (("interval", "randomized_delay"), _SPAN, "is not a systemd time span such as 30min or 1h 30min"),
+    ]
+    for keys, form, what in forms:
+        for key in keys:
+            value = str(settings.get(key, ""))
+            if not form.fullmatch(value):
+                out.append(f"pull_mode_{key} {_show(value)} {what}")
     signers = settings.get("allowed_signers", [])
     if settings.get("verify_commit", True):
         if not isinstance(signers, list) or not signers:
