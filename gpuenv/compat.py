@@ -203,6 +203,10 @@ class CompatData:
                 found.append(build)
         return found
 
+    def cudnn_libraries(self, build: str) -> list[str]:
+        """The shared libraries a cuDNN build's major ships ("libcudnn_cnn_infer.so.8", ...)."""
+        return [str(n) for n in self.raw["cudnn"].get("libraries", {}).get(build.partition(".")[0], [])]
+
     def cudnn_nearest(self, declared: str, cuda_major: str) -> list[str]:
         """The builds for that CUDA major just below and just above a release the data lacks."""
         want = versions.parse(declared)[:3]

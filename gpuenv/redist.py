@@ -9,6 +9,8 @@ import json
 import re
 from typing import Any
 
+from gpuenv import verify
+
 PLATFORM = "linux-x86_64"
 
 
@@ -106,13 +108,8 @@ def cudnn_header_version(text: str) -> str | None:
 
 
 def ldconfig_libs(text: str, soname: str) -> list[str]:
-    """The paths `ldconfig -p` lists for a soname ("libcudnn.so.9")."""
-    paths = []
-    for line in text.splitlines():
-        name, sep, path = line.strip().partition(" => ")
-        if sep and name.split(" (", 1)[0] == soname:
-            paths.append(path.strip())
-    return paths
+    """The paths `ldconfig -p` lists for a soname ("libcudnn.so.9"), by verify's parser."""
+    return verify.parse_ldconfig(text).get(soname, [])
 
 
 def debian_toolkit_release(debian_version: str) -> str | None:

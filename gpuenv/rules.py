@@ -635,6 +635,8 @@ class _Checker:
         out["cuda_declared"] = self.stack.cuda
         out["cudnn"] = self.cudnn or self.stack.cudnn
         out["cudnn_declared"] = self.stack.cudnn
+        # What verify checks the loader resolves to the tree's own files.
+        out["cudnn_libraries"] = self.data.cudnn_libraries(self.cudnn) if self.cudnn else []
         out["torch_variant"] = self.variant.name if self.variant else self.stack.torch_variant
         out["torch_variant_derived"] = self.variant_derived
         out["torch_cuda"] = self.variant.cuda if self.variant else None

@@ -63,6 +63,8 @@ class Context:
     sys_root: Path = Path("/sys")
     cuda_home: Path = Path("/usr/local/cuda")
     torch: Any = None
+    # `ldconfig -p` as text; None: run it (tests give saved output).
+    ldconfig_cache: str | None = None
     driver_kernel: str | None = None
     driver_user: str | None = None
 
@@ -445,6 +447,59 @@ def check_cuda_tree(ctx: Context) -> list[Check]:
     return out
 
 
+def parse_ldconfig(text: str) -> dict[str, list[str]]:
+    """`ldconfig -p` as {soname: [paths, in the loader's order]}. The one parser of that output
+    (gpuenv.redist's role filters use it too)."""
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        name, sep, path = line.strip().partition(" => ")
+        if sep:
+            found.setdefault(name.split(" (", 1)[0], []).append(path.strip())
+    return found
+
+
+_LOADER_HINT = (
+    "run ldconfig: gpuenv writes /etc/ld.so.conf.d/gpuenv-cuda.conf, which gives the loader "
+    "{lib}; if the loader still finds another copy, a file in /etc/ld.so.conf.d that comes first "
+    "names another cuDNN: remove it or rerun the cudnn role"
+)
+
+
+def check_cudnn_loader(ctx: Context) -> Check:
+    """Every library of the tree's cuDNN resolves through the loader's cache to the tree's own file:
+    the "Could not load library libcudnn_cnn_infer.so.8" case when one is missing or shadowed."""
+    check_id, want = "cuda_tree.cudnn_loader", ctx.expect.get("cudnn")
+    if want in (None, "none"):
+        return Check(check_id, SKIP, "cuDNN in the loader's cache: skipped, the stack declares no system cuDNN")
+    lib = ctx.cuda_home / "lib64"
+    major = str(want).partition(".")[0]
+    names = list(ctx.expect.get("cudnn_libraries") or sorted(p.name for p in lib.glob(f"libcudnn*.so.{major}")))
+    if ctx.ldconfig_cache is None:
+        ldconfig = "/sbin/ldconfig" if Path("/sbin/ldconfig").exists() else "ldconfig"
+        ctx.ldconfig_cache = _run([ldconfig, "-p"]).stdout
+    cache = parse_ldconfig(ctx.ldconfig_cache)
+    problems = []
+    for name in names:
+        own = lib / name
+        found = cache.get(name, [])
+        if not own.exists():
+            problems.append(f"{name}: not in {lib}")
+        elif not found:
+            problems.append(f"{name}: not in the loader's cache")
+        elif Path(found[0]).resolve() != own.resolve():
+            problems.append(f"{name}: the loader finds {found[0]}, not {own}")
+    if problems:
+        return Check(
+            check_id,
+            FAIL,
+            f"{len(problems)} of {len(names)} cuDNN libraries do not load from {lib}",
+            observed=problems,
+            expected=f"each of {', '.join(names)} from {lib}",
+            hint=_LOADER_HINT.format(lib=lib),
+        )
+    return Check(check_id, PASS, f"the loader finds all {len(names)} cuDNN libraries in {lib}", observed=names)
+
+
 def check_nouveau(ctx: Context) -> Check:
     modules = (ctx.proc / "modules").read_text() if (ctx.proc / "modules").exists() else ""
     loaded = any(line.split()[0] == "nouveau" for line in modules.splitlines() if line.strip())
@@ -794,6 +849,7 @@ def run_checks(ctx: Context, *, distributed: bool = True) -> list[Check]:
         ("cudnn.version", lambda: check_cudnn(ctx)),
         ("cudnn.loaded_library", lambda: check_cudnn_library(ctx)),
         ("cuda_tree.toolkit", lambda: check_cuda_tree(ctx)),
+        ("cuda_tree.cudnn_loader", lambda: check_cudnn_loader(ctx)),
         ("host.nouveau", lambda: check_nouveau(ctx)),
         ("host.secure_boot", lambda: check_secure_boot(ctx)),
         ("gpu.compute", lambda: check_gpu_compute(ctx)),
