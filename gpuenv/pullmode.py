@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from gpuenv.inputs import FORMS
+
 # Transports git runs over the network with integrity of their own (TLS, SSH), and local paths.
 _SECURE = re.compile(r"^(https://|ssh://|file:///|/)")
 _INSECURE = re.compile(r"^(http|git)://")
@@ -19,8 +21,8 @@ _SCP = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)[^:]")
 _URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/?#@!&'()*+,;=%\[\]-]+$")
 # git check-ref-format's rules that matter here, and no option-like names.
 _REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9._/+-]+(?<![./])$")
-_REL_PATH = re.compile(r"^(?![-/])(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._/+-]+$")
-_ABS_PATH = re.compile(r"^/(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._/+-]+$")
+_REL_PATH = FORMS["rel_path"][0]
+_ABS_PATH = FORMS["abs_path"][0]
 # Checked with fullmatch: "$" alone would let a trailing newline through.
 # systemd.time(7) spans: "30min", "1h 30min", "90".
 _SPAN = re.compile(r"^[0-9]+ ?[a-z]*( [0-9]+ ?[a-z]*)*$")
