@@ -178,3 +178,19 @@ def test_the_role_refuses_unsafe_settings_before_anything_changes(tmp_path: Path
     # The refusal is the role's first task after its argument spec: nothing ran after it.
     lines = [line for line in out["stdout"].splitlines() if line.startswith("controller | ")]
     assert [line.split(" => ")[0] for line in lines] == ["controller | SUCCESS"] * 2 + ["controller | FAILED!"]
+
+
+def test_the_pull_mode_lock_pins_the_controllers_versions_with_hashes() -> None:
+    """requirements/pull-mode.lock (scripts/lock) holds ansible-core and what it needs at the
+    controller's pins, each with sha256 hashes, so that pip --require-hashes installs it on a host."""
+    controller = dict(
+        line.split("==", 1)
+        for line in (REPO / "requirements/controller.lock").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    lock = (REPO / "requirements/pull-mode.lock").read_text()
+    entries = re.findall(r"^([A-Za-z0-9._-]+)==(\S+) \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\\n|\n))+)", lock, re.M)
+    assert {name.lower() for name, _, _ in entries} >= {"ansible-core", "jinja2", "pyyaml", "cryptography"}
+    for name, version, hashes in entries:
+        assert controller[name] == version, name
+        assert hashes.count("--hash=sha256:") >= 1, name
