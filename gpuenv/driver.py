@@ -95,6 +95,24 @@ def reboot_needed(loaded: str | None, installed: str | None, gpu_present: bool) 
     return gpu_present and loaded != installed
 
 
+# The names a local connection goes by (ansible-core's plugin and its short name).
+LOCAL_CONNECTIONS = ("local", "ansible.builtin.local")
+
+
+def reboots_the_controller(
+    connection: str | None, host_machine_id: str | None, controller_machine_id: str | None
+) -> str | None:
+    """Why rebooting this host would reboot the machine running Ansible, or None. A local
+    connection runs on the controller; so does any connection to a host whose /etc/machine-id is
+    the controller's (SSH to localhost, to 127.0.0.1, or to the controller's own address)."""
+    if (connection or "ssh") in LOCAL_CONNECTIONS:
+        return f"the connection is {connection}, which runs on the controller"
+    host, controller = (host_machine_id or "").strip(), (controller_machine_id or "").strip()
+    if host and host == controller:
+        return f"the host's /etc/machine-id ({host[:12]}...) is the controller's: it is the controller itself"
+    return None
+
+
 def choose_flavor(requested: str, ccs: list[str], open_min_cc: str) -> tuple[str | None, str]:
     """(flavor, why) for the kernel modules; flavor None when the request cannot work, with why.
 

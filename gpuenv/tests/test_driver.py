@@ -135,3 +135,16 @@ def test_unheld_lists_what_the_role_must_hold() -> None:
         "nvidia-kernel-dkms",
         "firmware-nvidia-gsp",
     ]
+
+
+def test_a_reboot_of_the_controller_is_recognised_by_connection_or_machine_id() -> None:
+    assert driver.reboots_the_controller("local", None, None)
+    assert driver.reboots_the_controller("ansible.builtin.local", None, None)
+    # SSH to the controller itself (localhost, 127.0.0.1 or its own address): the same machine id.
+    same = driver.reboots_the_controller(
+        "ssh", "3f2a0c9e1b7d4e6f8a9b0c1d2e3f4a5b\n", "3f2a0c9e1b7d4e6f8a9b0c1d2e3f4a5b"
+    )
+    assert same is not None
+    assert "is the controller's" in same
+    assert driver.reboots_the_controller("ssh", "3f2a0c9e1b7d4e6f8a9b0c1d2e3f4a5b", "0" * 32) is None
+    assert driver.reboots_the_controller("ssh", "", "") is None  # no ids: nothing says it is the controller

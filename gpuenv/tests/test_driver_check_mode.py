@@ -36,6 +36,12 @@ HOSTS: dict[str, dict[str, Any]] = {
     "ubuntu2204-nokey": {"test_os": ["Ubuntu", "22.04", "Debian"], "nvidia_driver_version": "580", "key": ""},
     "ubuntu2204-debian-source": {"test_os": ["Ubuntu", "22.04", "Debian"], "source": "debian"},
     "rocky9-open-pascal": {"test_os": ["Rocky", "9.4", "RedHat"], "nvidia_driver_flavor": "open", "gpus": ["6.1"]},
+    # The controller under the connection plugin's full name, with a policy that reboots.
+    "controller-reboot": {
+        "test_os": ["Ubuntu", "22.04", "Debian"],
+        "connection": "ansible.builtin.local",
+        "nvidia_driver_reboot_policy": "if_needed",
+    },
 }
 
 
@@ -43,14 +49,14 @@ def _inventory(tmp_path: Path) -> Path:
     hosts = {}
     for name, spec in HOSTS.items():
         host = {
-            "ansible_connection": "local",
+            "ansible_connection": spec.get("connection", "local"),
             "ansible_python_interpreter": sys.executable,
             "test_os": spec["test_os"],
             "nvidia_driver_source": spec.get("source", "nvidia_repo"),
             "nvidia_driver_version": spec.get("nvidia_driver_version", "580"),
             "nvidia_driver_mode": spec.get("nvidia_driver_mode", "full"),
             "nvidia_driver_flavor": spec.get("nvidia_driver_flavor", "auto"),
-            "nvidia_driver_reboot_policy": "never",
+            "nvidia_driver_reboot_policy": spec.get("nvidia_driver_reboot_policy", "never"),
             "nvidia_driver_repo_keyring_checksum": spec.get("key", SUM),
             "nvidia_driver_repo_rpm_key_checksum": spec.get("key", SUM),
             # A download directory no real run has made, to show that check mode makes none.
@@ -138,7 +144,14 @@ def test_rhel_family_volta_gets_proprietary_modules(results: dict[str, Any]) -> 
 
 def test_refusals_say_what_to_fix(results: dict[str, Any]) -> None:
     failures = results["failures"]
-    assert set(failures) == {"ubuntu2204-nokey", "ubuntu2204-debian-source", "rocky9-open-pascal"}, failures
+    assert set(failures) == {
+        "ubuntu2204-nokey",
+        "ubuntu2204-debian-source",
+        "rocky9-open-pascal",
+        "controller-reboot",
+    }, failures
+    assert "the connection is ansible.builtin.local, which runs on the controller" in failures["controller-reboot"]
+    assert "nvidia_driver_reboot_policy: never" in failures["controller-reboot"]
     assert "nvidia_driver_repo_keyring_checksum" in failures["ubuntu2204-nokey"]
     assert "sha256sum" in failures["ubuntu2204-nokey"]
     assert "Ubuntu 22.04" in failures["ubuntu2204-debian-source"]

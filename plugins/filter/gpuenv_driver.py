@@ -35,6 +35,12 @@ def gpuenv_driver_reboot_needed(loaded: dict[str, str] | None, installed: str, g
     return driver.reboot_needed((loaded or {}).get("version"), str(installed), bool(gpu_present))
 
 
+def gpuenv_reboots_the_controller(connection: Any, host_machine_id: Any, controller_machine_id: Any) -> str | None:
+    return driver.reboots_the_controller(
+        str(connection) if connection else None, str(host_machine_id or ""), str(controller_machine_id or "")
+    )
+
+
 def gpuenv_dpkg_unsatisfied(dpkg_query: str, wanted: list[str]) -> list[str]:
     """Entries of an apt install list ("pkg" or "pkg=version") that dpkg does not have installed."""
     return driver.unsatisfied(driver.parse_dpkg_query(str(dpkg_query)), [str(w) for w in wanted])
@@ -53,5 +59,6 @@ class FilterModule:
             "gpuenv_nvidia_proc_version": gpuenv_nvidia_proc_version,
             "gpuenv_driver_reboot_needed": gpuenv_driver_reboot_needed,
             "gpuenv_dpkg_unsatisfied": gpuenv_dpkg_unsatisfied,
+            "gpuenv_reboots_the_controller": gpuenv_reboots_the_controller,
             "gpuenv_dpkg_unheld": gpuenv_dpkg_unheld,
         }
