@@ -557,14 +557,26 @@ def check_gpu_compute(ctx: Context) -> list[Check]:
     ids = ["gpu.conv_cudnn", "gpu.matmul", "gpu.bandwidth", "gpu.autocast", "gpu.train_cnn"]
     if t.version.cuda is None or not t.cuda.is_available():
         return [ctx.gpu_skip(i, i.split(".")[1].replace("_", " ")) for i in ids]
-    dev = t.device("cuda")
-    out = []
-    out.append(_timed("gpu.conv_cudnn", lambda: _conv(t, dev)))
-    out.append(_timed("gpu.matmul", lambda: _matmul(t, dev)))
-    out.append(_timed("gpu.bandwidth", lambda: _bandwidth(t, dev)))
-    out.append(_timed("gpu.autocast", lambda: _autocast(t, dev)))
-    out.append(_timed("gpu.train_cnn", lambda: _train(t, dev)))
-    return out
+    return compute_checks(t, t.device("cuda"))
+
+
+def compute_checks(t: Any, dev: Any) -> list[Check]:
+    """The compute checks' bodies on a device: CUDA on a GPU host; the CPU device for
+    --cpu-selftest, which runs this code where no GPU is, so that an API the environment's torch
+    lacks is found before the first GPU host (it proves nothing about a GPU)."""
+    return [
+        _timed("gpu.conv_cudnn", lambda: _conv(t, dev)),
+        _timed("gpu.matmul", lambda: _matmul(t, dev)),
+        _timed("gpu.bandwidth", lambda: _bandwidth(t, dev)),
+        _timed("gpu.autocast", lambda: _autocast(t, dev)),
+        _timed("gpu.train_cnn", lambda: _train(t, dev)),
+    ]
+
+
+def _sync(t: Any, dev: Any) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously; the CPU does not)."""
+    if dev.type == "cuda":
+        t.cuda.synchronize()
 
 
 def _timed(check_id: str, fn: Callable[[], Check]) -> Check:
@@ -588,7 +600,7 @@ def _conv(t: Any, dev: Any) -> Check:
     conv = t.nn.Conv2d(3, 16, 3, padding=1).to(dev)
     y = conv(x)
     y.sum().backward()
-    t.cuda.synchronize()
+    _sync(t, dev)
     ok = x.grad is not None and bool(t.isfinite(x.grad).all())
     return Check(
         "gpu.conv_cudnn",
@@ -600,30 +612,31 @@ def _conv(t: Any, dev: Any) -> Check:
 
 
 def _matmul(t: Any, dev: Any) -> Check:
-    n = 4096
+    n = 4096 if dev.type == "cuda" else 256  # the CPU self-test runs the code, it measures nothing
     a, b = t.randn(n, n, device=dev), t.randn(n, n, device=dev)
     a @ b
-    t.cuda.synchronize()
+    _sync(t, dev)
     start = time.perf_counter()
     reps = 10
     for _ in range(reps):
         c = a @ b
-    t.cuda.synchronize()
+    _sync(t, dev)
     tflops = 2 * n**3 * reps / (time.perf_counter() - start) / 1e12
     ok = bool(t.isfinite(c).all())
     return Check("gpu.matmul", PASS if ok else FAIL, f"fp32 matmul {tflops:.1f} TFLOP/s", observed=round(tflops, 2))
 
 
 def _bandwidth(t: Any, dev: Any) -> Check:
-    src = t.empty(256 * 1024 * 1024, dtype=t.uint8, device=dev)  # 256 MiB
+    size = 256 if dev.type == "cuda" else 8  # MiB
+    src = t.empty(size * 1024 * 1024, dtype=t.uint8, device=dev)
     dst = t.empty_like(src)
     dst.copy_(src)
-    t.cuda.synchronize()
+    _sync(t, dev)
     reps = 20
     start = time.perf_counter()
     for _ in range(reps):
         dst.copy_(src)
-    t.cuda.synchronize()
+    _sync(t, dev)
     gbs = 2 * src.numel() * reps / (time.perf_counter() - start) / 1e9  # read + write
     return Check("gpu.bandwidth", PASS, f"device memory copy {gbs:.0f} GB/s", observed=round(gbs, 1))
 
@@ -678,13 +691,24 @@ def check_nvml_health(ctx: Context) -> Check:
     return Check("gpu.nvml_health", PASS, "no uncorrected ECC errors, no throttling", observed=observed)
 
 
+def _grad_scaler(t: Any, device_type: str) -> Any:
+    """torch.amp.GradScaler(device) exists from torch 2.3; 1.12 to 2.2 have torch.cuda.amp.GradScaler
+    only, for CUDA (a stack of that era must not fail here on its first GPU)."""
+    scaler = getattr(getattr(t, "amp", None), "GradScaler", None)
+    if scaler is not None:
+        return scaler(device_type)
+    return t.cuda.amp.GradScaler(enabled=device_type == "cuda")
+
+
 def _autocast(t: Any, dev: Any) -> Check:
+    """Mixed precision with a GradScaler step; on the CPU device (unit tests) in bfloat16."""
     model = t.nn.Linear(256, 256).to(dev)
     opt = t.optim.SGD(model.parameters(), lr=0.01)
-    scaler = t.amp.GradScaler("cuda")
-    dtypes = [t.float16] + ([t.bfloat16] if t.cuda.is_bf16_supported() else [])
+    scaler = _grad_scaler(t, dev.type)
+    on_gpu = dev.type == "cuda"
+    dtypes = [t.float16, *([t.bfloat16] if t.cuda.is_bf16_supported() else [])] if on_gpu else [t.bfloat16]
     for dtype in dtypes:
-        with t.autocast("cuda", dtype=dtype):
+        with t.autocast(dev.type, dtype=dtype):
             loss = model(t.randn(64, 256, device=dev)).float().pow(2).mean()
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -707,7 +731,7 @@ def _train(t: Any, dev: Any) -> Check:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     ok = losses[-1] < losses[0]
     return Check(
         "gpu.train_cnn",
@@ -975,6 +999,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require-gpu", action="store_true", help="GPU checks fail instead of skipping")
     parser.add_argument("--no-distributed", action="store_true", help="skip the multi-process all-reduce")
     parser.add_argument(
+        "--cpu-selftest",
+        action="store_true",
+        help="run the GPU compute checks' code on the CPU device instead of the checks (tests verify itself "
+        "with this environment's torch; proves nothing about a GPU)",
+    )
+    parser.add_argument(
         "--run", help="an id of the run this report belongs to (gpuenv report --run marks others stale)"
     )
     parser.add_argument(
@@ -1019,6 +1049,8 @@ def _checks_or_why(expect: dict[str, Any], args: argparse.Namespace) -> list[Che
             "there too, rebuild the environment with playbooks/site.yml",
         )
     try:
+        if args.cpu_selftest:
+            return compute_checks(torch, torch.device("cpu"))
         ctx = Context(expect=expect, require_gpu=args.require_gpu, torch=torch)
         return run_checks(ctx, distributed=not args.no_distributed)
     except Exception as exc:  # verify itself broke: say so in the report instead of leaving none

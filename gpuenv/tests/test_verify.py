@@ -328,3 +328,20 @@ def test_the_resolved_stack_names_the_libraries_of_each_cudnn_major() -> None:
         keys = {"profile": "torch-2.5-cu124", "cudnn": declared, "cuda": cuda, "driver": "550"}
         resolved = rules.check(stack.parse_stack(keys, data), data).resolved
         assert first in resolved["cudnn_libraries"]
+
+
+def test_the_grad_scaler_of_older_torch_releases_is_used_where_torch_amp_has_none() -> None:
+    """torch.amp.GradScaler("cuda") only exists from torch 2.3: on a 1.12-2.2 stack the autocast
+    check must take torch.cuda.amp.GradScaler, or it fails on the first real GPU (issue 15)."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    made: list[tuple[str, object]] = []
+    new = SimpleNamespace(amp=SimpleNamespace(GradScaler=lambda device: made.append(("amp", device))))
+    old = SimpleNamespace(
+        amp=SimpleNamespace(),  # torch 2.0's torch.amp has autocast but no GradScaler
+        cuda=SimpleNamespace(amp=SimpleNamespace(GradScaler=lambda enabled: made.append(("cuda.amp", enabled)))),
+    )
+    verify._grad_scaler(new, "cuda")
+    verify._grad_scaler(old, "cuda")
+    verify._grad_scaler(old, "cpu")  # no CPU scaler before 2.3: a disabled one, which passes steps through
+    assert made == [("amp", "cuda"), ("cuda.amp", True), ("cuda.amp", False)]
