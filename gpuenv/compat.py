@@ -203,16 +203,25 @@ class CompatData:
                 found.append(build)
         return found
 
+    def cudnn_archive(self, build: str) -> dict[str, Any] | None:
+        """The archive era of a cuDNN build (name, layout, and what the cudnn role does with it:
+        "none", "tarball_url" when it needs the tarball's URL), or None for the redist era."""
+        release = versions.parse(build)[:3]
+        for entry in self.raw["cudnn"].get("archives", []):
+            if versions.parse(str(entry["first"])) <= release <= versions.parse(str(entry["last"])):
+                return dict(entry)
+        return None
+
     def cudnn_libraries(self, build: str) -> list[str]:
         """The shared libraries a cuDNN build's major ships ("libcudnn_cnn_infer.so.8", ...)."""
         return [str(n) for n in self.raw["cudnn"].get("libraries", {}).get(build.partition(".")[0], [])]
 
     def cudnn_nearest(self, declared: str, cuda_major: str) -> list[str]:
         """The builds for that CUDA major just below and just above a release the data lacks."""
-        want = versions.parse(declared)[:3]
+        want = versions.parse(declared)
         builds = sorted(self.cudnn_builds.get(cuda_major, ()), key=versions.parse)
-        below = [b for b in builds if versions.parse(b)[:3] < want]
-        above = [b for b in builds if versions.parse(b)[:3] > want]
+        below = [b for b in builds if versions.parse(b) < want]
+        above = [b for b in builds if versions.parse(b) > want]
         return below[-1:] + above[:1]
 
     # --- OS ---------------------------------------------------------------------------------

@@ -81,6 +81,14 @@ def _when(text: str) -> datetime.datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)  # noqa: UP017
 
 
+def _before(generated: str, since: datetime.datetime) -> bool:
+    """Whether a report's time is before since; a missing or unreadable time counts as before."""
+    try:
+        return not generated or _when(generated) < since
+    except ValueError:
+        return True
+
+
 def parse_since(text: str) -> datetime.datetime:
     try:
         return _when(text)
@@ -108,8 +116,7 @@ def load(directory: Path, since: datetime.datetime | None = None, run: str | Non
                 {c["id"]: c for c in data["checks"]},
                 generated=generated,
                 # Version 1 reports carry no time and no run: older than any run that asks.
-                stale=(since is not None and (not generated or _when(generated) < since))
-                or (run is not None and data.get("run") != run),
+                stale=(since is not None and _before(generated, since)) or (run is not None and data.get("run") != run),
             )
         )
     if not hosts:

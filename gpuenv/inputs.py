@@ -23,11 +23,11 @@ FORMS: dict[str, tuple[re.Pattern[str], str]] = {
     ),
     "name": (re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"), "a plain name (letters, digits, . _ -)"),
     "abs_path": (
-        re.compile(r"/(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._/+-]*"),
+        re.compile(r"/(?!(?:.*/)?\.\.(?:/|$))[A-Za-z0-9._/+-]*"),
         "an absolute path of letters, digits and . _ / + - (no '..')",
     ),
     "rel_path": (
-        re.compile(r"(?![-/])(?!.*(^|/)\.\.(/|$))[A-Za-z0-9._/+-]+"),
+        re.compile(r"(?![-/])(?!(?:.*/)?\.\.(?:/|$))[A-Za-z0-9._/+-]+"),
         "a relative path of letters, digits and . _ / + - (no '..')",
     ),
     "url": (

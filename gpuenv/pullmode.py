@@ -68,10 +68,22 @@ def url_problem(url: str, allow_insecure: bool) -> str | None:
     return next((message for broken, message in rules if broken), None)
 
 
+def flag(value: object) -> bool:
+    """A setting's truth as Ansible reads it: `-e pull_mode_allow_insecure_url=false` passes the
+    string "false", which bool() would call true."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1", "y", "t")
+    return bool(value)
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
 def problems(settings: dict[str, object]) -> list[str]:
     """Every problem with pull mode's settings, one sentence each (empty: all fit their form)."""
     out = []
-    problem = url_problem(str(settings.get("url", "")), bool(settings.get("allow_insecure_url", False)))
+    problem = url_problem(_text(settings.get("url")), flag(settings.get("allow_insecure_url", False)))
     if problem:
         out.append(problem)
     # (settings keys, the form each must have, what the form is)
@@ -83,11 +95,11 @@ def problems(settings: dict[str, object]) -> list[str]:
     ]
     for keys, form, what in forms:
         for key in keys:
-            value = str(settings.get(key, ""))
+            value = _text(settings.get(key))
             if not form.fullmatch(value):
                 out.append(f"pull_mode_{key} {_show(value)} {what}")
     signers = settings.get("allowed_signers", [])
-    if settings.get("verify_commit", True):
+    if flag(settings.get("verify_commit", True)):
         if not isinstance(signers, list) or not signers:
             out.append(
                 "pull_mode_verify_commit is on but pull_mode_allowed_signers is empty: list the SSH public keys "

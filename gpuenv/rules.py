@@ -380,6 +380,7 @@ class _Checker:
         majors = self.data.cudnn_cuda_majors(cudnn)
         if major in majors:
             self._check_cudnn_minor(cudnn, major)
+            self._check_cudnn_archive(cudnn)
             return
         builds = sorted(self.data.cudnn_builds.get(major, ()), key=versions.parse)
         pick = f"e.g. {builds[-1]} (the newest with a CUDA {major} build)" if builds else "none"
@@ -407,6 +408,34 @@ class _Checker:
             "pypi_cudnn",
         )
 
+    def _check_cudnn_archive(self, build: str) -> None:
+        """Whether gpuenv's cudnn role can install the build's tarball (its era's name and layout)."""
+        era = self.data.cudnn_archive(build)
+        if era is None:
+            return
+        if era["role"] == "none":
+            self.add(
+                "cudnn-archive",
+                ERROR,
+                f"gpuenv's cudnn role cannot install cuDNN {build} yet",
+                f"cuDNN {era['first']} to {era['last']} ship as {era['name']} with {era['layout']}, a layout the "
+                "role does not unpack (it installs the redist layout, <name>/include and <name>/lib)",
+                "set cudnn: none (torch's wheels bring their own cuDNN), or a cuDNN from 8.3.1 on with "
+                "cudnn_tarball_url and cudnn_tarball_checksum for its tarball",
+                era["source"],
+            )
+            return
+        self.add(
+            "cudnn-archive",
+            WARNING,
+            f"cuDNN {build} needs cudnn_tarball_url and cudnn_tarball_checksum",
+            f"cuDNN {era['first']} to {era['last']} ship as {era['name']}, and NVIDIA names their redist manifests "
+            "either way (redistrib_8.9.6.json, redistrib_8.9.7.29.json); the role reads redistrib_<X.Y.Z>.json",
+            "set cudnn_tarball_url to the tarball on your mirror and cudnn_tarball_checksum to its sha256 "
+            "(the role then needs no manifest), or use cuDNN 9",
+            era["source"],
+        )
+
     def _check_cudnn_minor(self, build: str, major: str) -> None:
         """The build of a CUDA major supports a range of that major's toolkits (NVIDIA's matrix)."""
         entry = self.data.cudnn_support(build, major)
@@ -416,7 +445,13 @@ class _Checker:
         low, high = entry["cuda"]
         if versions.parse(low) <= versions.parse(toolkit_xy) <= versions.parse(high):
             return
-        fitting = self.data.cudnn_supporting(toolkit_xy, major)
+        supporting = self.data.cudnn_supporting(toolkit_xy, major)
+        # Another build of the same cuDNN major first (a new major changes the sonames, .so.8 to
+        # .so.9, that software built against this cuDNN links to), and NVIDIA's ranges before a
+        # packager's reading of them.
+        same = [b for b in supporting if b.partition(".")[0] == build.partition(".")[0]]
+        official = [b for b in supporting if not (self.data.cudnn_support(b, major) or {}).get("packager")]
+        fitting = [b for b in same if b in official] or same or official or supporting
         whose = "a packager's reading of NVIDIA's support matrix" if entry["packager"] else "NVIDIA's support matrix"
         self.add(
             "cudnn-cuda-minor",

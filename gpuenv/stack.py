@@ -150,6 +150,8 @@ class _NumberText(str):
         text = self.lstrip("+-")
         if text.startswith(("0x", "0X")):
             return "0x makes it hexadecimal"
+        if text.startswith(("0b", "0B")):
+            return "0b makes it binary"
         if ":" in text:
             return "a colon makes it base 60"
         if "_" in text:
@@ -251,7 +253,10 @@ def _read_small_file(path: Path) -> str:
         if info.st_size > MAX_BYTES:
             raise SpecError([f"{path}: {info.st_size} bytes, over the {MAX_BYTES}-byte limit for a stack file."])
         with path.open("rb") as handle:
-            return handle.read(MAX_BYTES + 1)[:MAX_BYTES].decode("utf-8")
+            data = handle.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:  # it grew after the stat
+            raise SpecError([f"{path}: over the {MAX_BYTES}-byte limit for a stack file."])
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(
             [f"{path}: no such file. Fix: give the path of a group_vars file that holds gpu_stack."]

@@ -478,6 +478,14 @@ def check_cudnn_loader(ctx: Context) -> Check:
         ldconfig = "/sbin/ldconfig" if Path("/sbin/ldconfig").exists() else "ldconfig"
         ctx.ldconfig_cache = _run([ldconfig, "-p"]).stdout
     cache = parse_ldconfig(ctx.ldconfig_cache)
+    if not names:
+        return Check(
+            check_id,
+            FAIL,
+            f"no cuDNN {major} libraries in {lib}",
+            expected=f"libcudnn*.so.{major} in {lib}",
+            hint="run the cudnn role, which installs the declared cuDNN into the CUDA tree",
+        )
     problems = []
     for name in names:
         own = lib / name

@@ -108,7 +108,12 @@ def ensure_root(roots_dir: Path, rel: Release, packages: tuple[str, ...] = PACKA
     # contrib and non-free while its index lacks them, and apt on a host booted from it offers
     # no nvidia-cuda-toolkit until its index is older than the roles' cache_valid_time (issue 14).
     try:
-        run(["chroot", str(building), "apt-get", "update", "-q", "-o", "Acquire::Retries=3"], capture=True, timeout=600)
+        # --error-on=any: a source that failed to fetch fails the build, not a root cached without it.
+        run(
+            ["chroot", str(building), "apt-get", "update", "-q", "--error-on=any", "-o", "Acquire::Retries=3"],
+            capture=True,
+            timeout=600,
+        )
     except SandboxError as exc:
         shutil.rmtree(building, ignore_errors=True)
         raise SandboxError(

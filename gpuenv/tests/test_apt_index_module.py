@@ -41,21 +41,36 @@ class FakeApt:
     update "fetches" every index the current targets name, and afterwards madison offers what
     `offers_after_update` holds."""
 
-    def __init__(self, root: Path, targets: str, offers_before: dict[str, str], offers_after: dict[str, str]):
+    def __init__(
+        self,
+        root: Path,
+        targets: str,
+        offers_before: dict[str, str],
+        offers_after: dict[str, str],
+        *,
+        never_fetched: tuple[str, ...] = (),
+        locked_for: int = 0,
+    ):
         self.lists = root / "lists"
         self.lists.mkdir()
         self.targets = targets.format(lists=self.lists)
         self.offers = offers_before
         self.offers_after = offers_after
         self.updates = 0
+        self.never_fetched = never_fetched  # components the mirror does not carry
+        self.locked_for = locked_for  # updates refused with apt's lock held
 
     def __call__(self, argv: list[str], **_: Any) -> tuple[int, str, str]:
         if argv[:2] == ["apt-get", "indextargets"]:
             return 0, self.targets, ""
         if argv[:2] == ["apt-get", "update"]:
+            if self.locked_for > 0:
+                self.locked_for -= 1
+                return 100, "", "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 812 (apt-get)"
             self.updates += 1
             for target in mod.parse_indextargets(self.targets):
-                Path(target["filename"] + ".lz4").write_text("")
+                if target["component"] not in self.never_fetched:
+                    Path(target["filename"] + ".lz4").write_text("")
             self.offers = self.offers_after
             return 0, "", ""
         if argv[:2] == ["apt-cache", "madison"]:
@@ -212,3 +227,35 @@ def test_a_failed_update_fails_with_apts_message(
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] is True
     assert "apt-get update failed on this host (rc 100): E: Failed to fetch" in out["msg"]
+
+
+def test_an_index_no_refresh_can_fetch_does_not_refresh_every_run(
+    host: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The mirror carries no non-free: the first run refreshes and remembers that; the next does not.
+    apt = FakeApt(
+        host, INDEXTARGETS, {"bash": "bash | 5.2 | x"}, {"bash": "bash | 5.2 | x"}, never_fetched=("non-free",)
+    )
+    (host / "sources.list").write_text("deb http://deb.debian.org/debian bookworm main non-free\n")
+    old = time.time() - 3000
+    os.utime(host / "sources.list", (old, old))
+    first = _run(apt, monkeypatch, capsys, packages=["bash"])
+    assert first["refreshed"][0].startswith("no index yet for")
+    second = _run(apt, monkeypatch, capsys, packages=["bash"])
+    assert apt.updates == 1
+    assert second["refreshed"] == []
+    # A change of the sources makes it worth trying again.
+    (host / "sources.list").write_text("deb http://deb.debian.org/debian bookworm main non-free contrib\n")
+    third = _run(apt, monkeypatch, capsys, packages=["bash"])
+    assert apt.updates == 2
+    assert any("changed after the last refresh" in r for r in third["refreshed"])
+
+
+def test_a_held_apt_lock_is_waited_for(
+    host: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    apt = FakeApt(host, INDEXTARGETS, {}, {"nvidia-cuda-toolkit": MADISON}, locked_for=2)
+    monkeypatch.setattr(mod.time, "sleep", lambda seconds: None)
+    out = _run(apt, monkeypatch, capsys, packages=["nvidia-cuda-toolkit"])
+    assert apt.updates == 1
+    assert out["madison"]["nvidia-cuda-toolkit"] == MADISON

@@ -428,7 +428,9 @@ def test_pull_mode_applies_signed_commits_only_and_a_second_pull_changes_nothing
 
 def test_the_reboot_after_a_pull_waits_for_gpu_processes(site: Site) -> None:
     """The service's reboot guard (run after a pull that flagged a new driver): with a job on the
-    GPU it does not reboot; with none it does. systemctl is a stand-in that records the call."""
+    GPU it does not reboot, whether NVML names the job or, after an upgrade, cannot answer
+    ("Driver/library version mismatch", exit 18) and a process holds /dev/nvidia0; with none it
+    does. systemctl is a stand-in that records the call."""
     guard = "/opt/gpuenv/pull/reboot-if-needed"
     assert ssh("sb4", f"test -x {guard}").returncode == 0  # written by the pull test's pull.yml
     fake = (
@@ -437,18 +439,38 @@ def test_the_reboot_after_a_pull_waits_for_gpu_processes(site: Site) -> None:
         "&& touch /run/gpuenv-reboot-required"
     )
     assert ssh("sb4", fake).returncode == 0
-    busy = '#!/bin/sh\ncase "$*" in *--query-compute-apps*) echo "4242, python3 train.py"; exit 0;; esac\nexit 9\n'
-    h = fleet.State.load().hosts["sb4"]
-    put = "cat > /tmp/fakebin/nvidia-smi && chmod 755 /tmp/fakebin/nvidia-smi"
-    assert subprocess.run(fleet.ssh_argv(h, put), input=busy, text=True, check=False).returncode == 0
+
+    def smi(body: str) -> None:
+        h = fleet.State.load().hosts["sb4"]
+        put = "cat > /tmp/fakebin/nvidia-smi && chmod 755 /tmp/fakebin/nvidia-smi"
+        assert subprocess.run(fleet.ssh_argv(h, put), input=body, text=True, check=False).returncode == 0
+
+    def guard_says() -> str:
+        return ssh("sb4", f"PATH=/tmp/fakebin:$PATH {guard}").stdout
+
+    def rebooted() -> bool:
+        return ssh("sb4", "cat /tmp/fakebin/systemctl.calls").stdout.strip() == "reboot"
+
     try:
-        held = ssh("sb4", f"PATH=/tmp/fakebin:$PATH {guard}")
-        assert "not rebooting for the new NVIDIA driver: processes use the GPUs (4242, python3 train.py)" in held.stdout
-        assert ssh("sb4", "test -e /tmp/fakebin/systemctl.calls").returncode != 0
+        smi('#!/bin/sh\ncase "$*" in *--query-compute-apps*) echo "4242, python3 train.py"; exit 0;; esac\nexit 9\n')
+        out = guard_says()
+        assert "not rebooting for the new NVIDIA driver: processes use the GPUs (4242, python3 train.py)" in out
+        assert not rebooted()
+        # After an upgrade NVML cannot answer (exit 18); a job still holds the device open.
+        smi("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n")
+        holder = ssh("sb4", "touch /dev/nvidia0 && (nohup sleep 120 3</dev/nvidia0 >/dev/null 2>&1 &) && sleep 1")
+        assert holder.returncode == 0, holder.stderr
+        out = guard_says()
+        assert "not rebooting" in out, out
+        assert "sleep" in out
+        assert not rebooted()
+        ssh("sb4", "pkill -f 'sleep 120'; rm -f /dev/nvidia0")
+        assert "rebooting for the new NVIDIA driver" in guard_says()
+        assert rebooted()
         # No driver loaded (nvidia-smi exits 9): nothing can run on a GPU, so it reboots.
-        ssh("sb4", "printf '#!/bin/sh\\nexit 9\\n' > /tmp/fakebin/nvidia-smi")
-        rebooted = ssh("sb4", f"PATH=/tmp/fakebin:$PATH {guard}")
-        assert "rebooting for the new NVIDIA driver" in rebooted.stdout
-        assert ssh("sb4", "cat /tmp/fakebin/systemctl.calls").stdout.strip() == "reboot"
+        ssh("sb4", "rm -f /tmp/fakebin/systemctl.calls")
+        smi("#!/bin/sh\nexit 9\n")
+        assert "rebooting for the new NVIDIA driver" in guard_says()
+        assert rebooted()
     finally:
-        ssh("sb4", "rm -rf /tmp/fakebin /run/gpuenv-reboot-required")
+        ssh("sb4", "pkill -f 'sleep 120'; rm -rf /tmp/fakebin /run/gpuenv-reboot-required /dev/nvidia0")

@@ -120,3 +120,10 @@ def test_a_check_id_with_a_new_prefix_gets_its_own_column(tmp_path: Path) -> Non
     header = md.splitlines()[0]
     assert header.split(" | ")[-len(fleetreport._VERSIONS) - 1] == "services"
     assert "| sb1 **FAILED** | - | - | - | - | - | - | - | FAIL |" in md
+
+
+def test_a_report_with_an_unreadable_time_is_stale_not_a_crash(tmp_path: Path) -> None:
+    report = verify.to_json([verify.Check("torch.build", "pass", "ok")], "sb1", generated="yesterday")
+    (tmp_path / "sb1.json").write_text(json.dumps(report))
+    md = fleetreport.markdown(fleetreport.load(tmp_path, fleetreport.parse_since("2026-12-01T11:00:00+00:00")))
+    assert "| sb1 **STALE (report from yesterday, not from this run)**" in md

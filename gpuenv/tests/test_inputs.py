@@ -110,3 +110,8 @@ def test_onboarding_refuses_a_key_line_that_adds_another_key(tmp_path: Path, ven
     )
     assert "onboard_user_ssh_keys" in msg
     assert "is not one public key line" in msg
+
+
+@pytest.mark.parametrize("path", ["/../etc", "/..", "/opt/..", "/opt/../etc"])
+def test_no_dot_dot_anywhere_in_an_absolute_path(path: str) -> None:
+    assert inputs.problem("p", path, "abs_path") is not None

@@ -194,3 +194,15 @@ def test_the_pull_mode_lock_pins_the_controllers_versions_with_hashes() -> None:
     for name, version, hashes in entries:
         assert controller[name] == version, name
         assert hashes.count("--hash=sha256:") >= 1, name
+
+
+def test_false_given_as_a_string_is_false() -> None:
+    # -e pull_mode_allow_insecure_url=false passes the string "false", which bool() calls true.
+    assert "is plain http://" in _problems(url="http://git.lan/x.git", allow_insecure_url="false")[0]
+    assert _problems(url="http://git.lan/x.git", allow_insecure_url="yes") == []
+    assert "pull_mode_allowed_signers is empty" in _problems(verify_commit="True", allowed_signers=[])[0]
+    assert _problems(verify_commit="false", allowed_signers=[]) == []
+
+
+def test_a_missing_branch_is_not_the_branch_none() -> None:
+    assert _problems(branch=None)[0].startswith("pull_mode_branch '' is not a branch")

@@ -299,21 +299,21 @@ CASES: list[tuple[str, dict[str, Any], int, set[str], set[str]]] = [
         stack(cuda="11.8.0", cudnn="8.9.7.29", driver="535", torch="2.7.1", torch_variant="cu118"),
         0,
         set(),
-        set(),
+        {"cudnn-archive"},  # cuDNN 8's manifests are named either way: the tarball's URL is needed
     ),
     # --- the CUDA minors each cuDNN build supports (NVIDIA's support matrices; nixpkgs where none) ---
     (
         "cudnn-8.2.1-on-cuda-11.3-the-recipe",
         stack(cuda="11.3.1", cudnn="8.2.1", driver="470", torch="1.12.1", torch_variant="cu113", python="3.9"),
-        0,
-        set(),
+        1,
+        {"cudnn-archive"},  # within its matrix, but a .tgz (cuda/lib64) the cudnn role does not unpack yet
         set(),
     ),
     (
         "cudnn-8.2.1-on-cuda-11.8-outside-its-matrix",
         stack(cuda="11.8.0", cudnn="8.2.1", driver="520", torch="2.0.1", torch_variant="cu118", python="3.10"),
         1,
-        {"cudnn-cuda-minor"},
+        {"cudnn-cuda-minor", "cudnn-archive"},
         set(),
     ),
     (
@@ -321,7 +321,7 @@ CASES: list[tuple[str, dict[str, Any], int, set[str], set[str]]] = [
         stack(cuda="12.1.1", cudnn="8.8.1", driver="535", torch="2.1.2", torch_variant="cu121", python="3.11"),
         0,
         set(),
-        {"cudnn-cuda-minor"},
+        {"cudnn-cuda-minor", "cudnn-archive"},
     ),
     (
         "cudnn-9.0-on-cuda-12.4-outside-its-matrix",
@@ -556,7 +556,13 @@ def test_cudnn_outside_its_matrix_names_a_build_that_lists_the_toolkit() -> None
     result = check_mapping(
         stack(cuda="11.8.0", cudnn="8.2.1", driver="520", torch="2.0.1", torch_variant="cu118", python="3.10")
     )
-    (error,) = result["errors"]
+    error = next(e for e in result["errors"] if e["rule"] == "cudnn-cuda-minor")
     assert error["message"] == "cuDNN 8.2.1.32 for CUDA 11 supports CUDA 11.0 to 11.3, not 11.8 (CUDA 11.8.0)"
-    assert error["fix"] == "use a cuDNN whose matrix lists CUDA 11.8, e.g. 9.10.2.21"
+    # The same major (sonames stay .so.8) whose range NVIDIA's own matrix gives: 8.9.6, not 9.x
+    assert error["fix"] == "use a cuDNN whose matrix lists CUDA 11.8, e.g. 8.9.6.50"
     assert [s["key"] for s in error["sources"]] == ["nv_cudnn_matrix_8"]
+
+
+def test_the_nearest_builds_include_the_same_release() -> None:
+    (error,) = check_mapping(stack(cudnn="9.1.0.99"))["errors"]
+    assert error["fix"] == "use a release gpuenv has for CUDA 12: the nearest are 9.1.0.70 and 9.1.1.17"

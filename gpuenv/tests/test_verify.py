@@ -345,3 +345,12 @@ def test_the_grad_scaler_of_older_torch_releases_is_used_where_torch_amp_has_non
     verify._grad_scaler(old, "cuda")
     verify._grad_scaler(old, "cpu")  # no CPU scaler before 2.3: a disabled one, which passes steps through
     assert made == [("amp", "cuda"), ("cuda.amp", True), ("cuda.amp", False)]
+
+
+def test_a_tree_without_cudnn_libraries_fails_the_loader_check(tmp_path: Path) -> None:
+    (tmp_path / "cuda/lib64").mkdir(parents=True)
+    check = verify.check_cudnn_loader(
+        verify.Context(expect={"cudnn": "9.1.0.70"}, cuda_home=tmp_path / "cuda", ldconfig_cache="")
+    )
+    assert check.status == "fail"
+    assert check.summary == f"no cuDNN 9 libraries in {tmp_path / 'cuda/lib64'}"

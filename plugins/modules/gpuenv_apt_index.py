@@ -5,6 +5,7 @@ it offers for the packages a role is about to choose from."""
 from __future__ import annotations
 
 import glob
+import json
 import os
 import time
 
@@ -46,6 +47,10 @@ options:
       - The archive component these packages live in (C(non-free) for Debian's NVIDIA packages),
         to name it when the sources lack it.
     type: str
+  lock_timeout:
+    description: Seconds to wait for apt's lock (held by apt-daily or another apt) before failing.
+    type: int
+    default: 120
   repository:
     description:
       - The URL of the repository that should offer them (NVIDIA's or a site mirror), to name it
@@ -109,6 +114,16 @@ def index_present(filename: str) -> bool:
     return os.path.exists(filename) or bool(glob.glob(glob.escape(filename) + ".*"))
 
 
+def unfetchable() -> set[str]:
+    """Index files the last refresh could not fetch (a foreign architecture or a component the
+    mirror does not carry): no reason to refresh again until the sources change."""
+    try:
+        with open(STAMP) as stamp:
+            return set(json.load(stamp).get("unfetchable", []))
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
 def last_refresh() -> float:
     """When the index was last refreshed: the newest of our stamp and apt's, else when the lists
     directory last changed (what Ansible's apt module reads), else never."""
@@ -128,14 +143,20 @@ def sources_mtime() -> tuple[float, str]:
     return newest, path
 
 
+def missing_indexes(targets: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [t for t in targets if t["arch"] != "all" and not index_present(t["filename"])]
+
+
 def refresh_reasons(targets: list[dict[str, str]], cache_valid_time: int, now: float) -> list[str]:
     reasons = []
-    missing = sorted({_repo(t) for t in targets if t["arch"] != "all" and not index_present(t["filename"])})
-    if missing:
-        reasons.append("no index yet for " + ", ".join(missing))
     refreshed = last_refresh()
     changed_at, changed_file = sources_mtime()
-    if changed_at > refreshed:
+    sources_changed = changed_at > refreshed
+    skip = set() if sources_changed else unfetchable()
+    missing = sorted({_repo(t) for t in missing_indexes(targets) if t["filename"] not in skip})
+    if missing:
+        reasons.append("no index yet for " + ", ".join(missing))
+    if sources_changed:
         reasons.append(f"{changed_file} changed after the last refresh")
     if now - refreshed >= cache_valid_time:
         reasons.append(f"the index is older than {cache_valid_time} s")
@@ -173,6 +194,7 @@ def main() -> None:
             "cache_valid_time": {"type": "int", "default": 3600},
             "component": {"type": "str"},
             "repository": {"type": "str"},
+            "lock_timeout": {"type": "int", "default": 120},
         },
         supports_check_mode=True,
     )
@@ -186,15 +208,23 @@ def main() -> None:
         return parse_indextargets(out)
 
     def refresh() -> None:
-        rc, out, err = module.run_command(["apt-get", "update", "-q", *retries])
+        # apt-daily or unattended-upgrades may hold apt's lock on a freshly booted host: wait for
+        # it as Ansible's apt module does, rather than fail.
+        deadline = time.time() + p["lock_timeout"]
+        while True:
+            rc, out, err = module.run_command(["apt-get", "update", "-q", *retries])
+            if rc == 0 or "Could not get lock" not in (err + out) or time.time() >= deadline:
+                break
+            time.sleep(5)
         if rc != 0:
             module.fail_json(
                 msg=f"apt-get update failed on this host (rc {rc}): {(err or out).strip()[-2000:]}. "
                 "Check the apt sources and that their repositories are reachable.",
             )
+        left = sorted(t["filename"] for t in missing_indexes(targets()))
         os.makedirs(os.path.dirname(STAMP), exist_ok=True)
         with open(STAMP, "w") as stamp:
-            stamp.write(f"{time.time()}\n")
+            json.dump({"time": time.time(), "unfetchable": left}, stamp)
 
     def madison() -> dict[str, str]:
         found = {}
