@@ -181,11 +181,8 @@ class CompatData:
     def cudnn_support(self, build: str, cuda_major: str) -> dict[str, Any] | None:
         """The support-matrix entry for a cuDNN build's CUDA major: {"cuda": [lo, hi], "source",
         "packager"}, or None where the data has no range for that release."""
-        release = versions.parse(build)[:3]
-        for entry in self.raw["cudnn"].get("support", []):
-            if str(entry["major"]) == cuda_major and versions.parse(str(entry["first"])) <= release <= versions.parse(
-                str(entry["last"])
-            ):
+        for entry in _covering(self.raw["cudnn"].get("support", []), build):
+            if str(entry["major"]) == cuda_major:
                 return {
                     "cuda": [str(c) for c in entry["cuda"]],
                     "source": entry["source"],
@@ -206,11 +203,7 @@ class CompatData:
     def cudnn_archive(self, build: str) -> dict[str, Any] | None:
         """The archive era of a cuDNN build (name, layout, and what the cudnn role does with it:
         "none", "tarball_url" when it needs the tarball's URL), or None for the redist era."""
-        release = versions.parse(build)[:3]
-        for entry in self.raw["cudnn"].get("archives", []):
-            if versions.parse(str(entry["first"])) <= release <= versions.parse(str(entry["last"])):
-                return dict(entry)
-        return None
+        return next((dict(e) for e in _covering(self.raw["cudnn"].get("archives", []), build)), None)
 
     def cudnn_libraries(self, build: str) -> list[str]:
         """The shared libraries a cuDNN build's major ships ("libcudnn_cnn_infer.so.8", ...)."""
@@ -345,3 +338,10 @@ def _build(raw: dict[str, Any]) -> CompatData:
 def load() -> CompatData:
     text = resources.files("gpuenv").joinpath("data/compat.yaml").read_text(encoding="utf-8")
     return _build(yaml.load(text, Loader=_Loader))  # noqa: S506 - CSafeLoader/SafeLoader only
+
+
+def _covering(entries: list[dict[str, Any]], build: str) -> list[dict[str, Any]]:
+    """The data's release-range entries ({first, last, ...}) whose range holds a cuDNN build's
+    release (X.Y.Z), in their order."""
+    release = versions.parse(build)[:3]
+    return [e for e in entries if versions.parse(str(e["first"])) <= release <= versions.parse(str(e["last"]))]

@@ -46,7 +46,8 @@ FORMS: dict[str, tuple[re.Pattern[str], str]] = {
 }
 
 
-def _show(value: object) -> str:
+def show(value: object) -> str:
+    """A value as refusals quote it: repr, cut to 80 characters."""
     text = str(value)
     return repr(text if len(text) <= 80 else text[:77] + "...")
 
@@ -57,7 +58,7 @@ def problem(name: str, value: Any, form: str) -> str | None:
     items = value if isinstance(value, list) else [value]
     for item in items:
         if not isinstance(item, str) or not pattern.fullmatch(item):
-            return f"{name} {_show(item)} is not {what}"
+            return f"{name} {show(item)} is not {what}"
     return None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from gpuenv.inputs import FORMS
+from gpuenv.inputs import show as _show
 
 # Transports git runs over the network with integrity of their own (TLS, SSH), and local paths.
 _SECURE = re.compile(r"^(https://|ssh://|file:///|/)")
@@ -32,10 +33,6 @@ _SIGNER = re.compile(
     r"(?:ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"
     r"sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+={0,3}(?: [^\n]*)?$"
 )
-
-
-def _show(value: str) -> str:
-    return repr(value if len(value) <= 80 else value[:77] + "...")
 
 
 def url_problem(url: str, allow_insecure: bool) -> str | None:
