@@ -12,15 +12,29 @@ from gpuenv.rules import check
 from gpuenv.stack import TOP_KEY, SpecError, load_stack_document, parse_stack
 
 
+def cudnn_fetch_mode(settings: Mapping[str, Any]) -> str:
+    """How the cudnn role gets its tarball, from the variables beside gpu_stack: "packages"
+    (cudnn_source nvidia_repo or none: no tarball), "tarball" (cudnn_tarball_url or
+    cudnn_tarball_path given), or "manifest" (NVIDIA's redist manifest names it)."""
+    if str(settings.get("cudnn_source") or "tarball") in ("nvidia_repo", "none"):
+        return "packages"
+    if settings.get("cudnn_tarball_url") or settings.get("cudnn_tarball_path"):
+        return "tarball"
+    return "manifest"
+
+
 def check_mapping(
     raw: Any,
     host_gpus: Iterable[Mapping[str, str]] = (),
     host_facts: Mapping[str, Any] | None = None,
     origin: str | None = None,
     backend: str | None = None,
+    *,
+    cudnn_fetch: str = "manifest",
 ) -> dict[str, Any]:
     """Judge a `gpu_stack` mapping; the result is a JSON-able dict (see report.to_dict). `backend`
-    is the environment's (pytorch_env_backend: venv by default, conda)."""
+    is the environment's (pytorch_env_backend: venv by default, conda), `cudnn_fetch` how the
+    cudnn role gets its tarball (cudnn_fetch_mode)."""
     if not isinstance(raw, Mapping):
         return invalid_dict([f"gpu_stack must be a mapping of keys to values, not {type(raw).__name__}."], origin)
     data = load()
@@ -28,7 +42,7 @@ def check_mapping(
         stack = parse_stack(dict(raw), data)
     except SpecError as exc:
         return invalid_dict(exc.problems, origin)
-    return to_dict(check(stack, data, host_gpus, host_facts, backend), data, origin)
+    return to_dict(check(stack, data, host_gpus, host_facts, backend, cudnn_fetch=cudnn_fetch), data, origin)
 
 
 def check_file(path: Path, gpu_override: list[str] | None = None) -> dict[str, Any]:
@@ -40,4 +54,9 @@ def check_file(path: Path, gpu_override: list[str] | None = None) -> dict[str, A
     if gpu_override:
         raw = {**raw, "gpu": gpu_override}
     backend = document.get("pytorch_env_backend")
-    return check_mapping(raw, origin=str(path), backend=str(backend) if isinstance(backend, str) else None)
+    return check_mapping(
+        raw,
+        origin=str(path),
+        backend=str(backend) if isinstance(backend, str) else None,
+        cudnn_fetch=cudnn_fetch_mode(document),
+    )

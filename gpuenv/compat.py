@@ -201,9 +201,14 @@ class CompatData:
         return found
 
     def cudnn_archive(self, build: str) -> dict[str, Any] | None:
-        """The archive era of a cuDNN build (name, layout, and what the cudnn role does with it:
-        "none", "tarball_url" when it needs the tarball's URL), or None for the redist era."""
+        """The archive era of a cuDNN build before cuDNN 9 (name, layout, and whether NVIDIA has
+        manifests for it: "none" or "some"), or None for cuDNN 9, whose manifests all exist."""
         return next((dict(e) for e in _covering(self.raw["cudnn"].get("archives", []), build)), None)
+
+    def cudnn_manifest_known(self, build: str) -> bool:
+        """Whether NVIDIA's redist manifest of that cuDNN 8 release is known to exist."""
+        release = ".".join(build.split(".")[:3])
+        return release in {str(r) for r in self.raw["cudnn"].get("manifests", {}).get("releases", [])}
 
     def cudnn_libraries(self, build: str) -> list[str]:
         """The shared libraries a cuDNN build's major ships ("libcudnn_cnn_infer.so.8", ...)."""

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from gpuenv import verify
+from gpuenv import hostparse
 
 PLATFORM = "linux-x86_64"
 
@@ -87,29 +87,9 @@ def tree_id(found: list[dict[str, str]]) -> str:
     return h.hexdigest()[:12]
 
 
-_PTXAS = re.compile(r"release (?P<release>\d+\.\d+), V(?P<version>\d+\.\d+\.\d+)")
-
-
-def tool_version(text: str) -> dict[str, str] | None:
-    """`ptxas --version` / `nvcc --version` -> {"release": "12.4", "version": "12.4.131"}."""
-    match = _PTXAS.search(text)
-    return match.groupdict() if match else None
-
-
-_CUDNN_DEFINE = re.compile(r"^#define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)", re.MULTILINE)
-
-
-def cudnn_header_version(text: str) -> str | None:
-    """ "9.1.0" from cudnn_version.h (CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL)."""
-    values = dict(_CUDNN_DEFINE.findall(text))
-    if not {"MAJOR", "MINOR", "PATCHLEVEL"} <= set(values):
-        return None
-    return f"{values['MAJOR']}.{values['MINOR']}.{values['PATCHLEVEL']}"
-
-
 def ldconfig_libs(text: str, soname: str) -> list[str]:
-    """The paths `ldconfig -p` lists for a soname ("libcudnn.so.9"), by verify's parser."""
-    return verify.parse_ldconfig(text).get(soname, [])
+    """The paths `ldconfig -p` lists for a soname ("libcudnn.so.9")."""
+    return hostparse.parse_ldconfig(text).get(soname, [])
 
 
 def debian_toolkit_release(debian_version: str) -> str | None:

@@ -71,9 +71,11 @@ _ARCH_SOURCES = ("pt_builder", "pt_build_cuda", "moi90_measured")
 
 
 class _Checker:
-    def __init__(self, stack: Stack, data: CompatData) -> None:
+    def __init__(self, stack: Stack, data: CompatData, cudnn_fetch: str = "manifest") -> None:
         self.stack = stack
         self.data = data
+        # How the cudnn role gets its tarball (cudnn_fetch_mode of the settings beside the stack).
+        self.cudnn_fetch = cudnn_fetch
         self.findings: list[Finding] = []
         self.gpus: list[Gpu] = []
         self.toolkit: str | None = None
@@ -409,31 +411,38 @@ class _Checker:
         )
 
     def _check_cudnn_archive(self, build: str) -> None:
-        """Whether gpuenv's cudnn role can install the build's tarball (its era's name and layout)."""
+        """Whether the cudnn role can find the build's tarball: cuDNN 9 and some cuDNN 8 releases
+        have NVIDIA's redist manifest, the .tgz era has none (its tarball must be given)."""
         era = self.data.cudnn_archive(build)
-        if era is None:
+        if era is None or self.cudnn_fetch != "manifest":
             return
-        if era["role"] == "none":
+        give = (
+            "set cudnn_tarball_url (your mirror's copy, or file:///path on the controller) or cudnn_tarball_path, "
+            'with cudnn_tarball_checksum: "sha256:<hex>" of that file'
+        )
+        if era["manifest"] == "none":
             self.add(
                 "cudnn-archive",
                 ERROR,
-                f"gpuenv's cudnn role cannot install cuDNN {build} yet",
-                f"cuDNN {era['first']} to {era['last']} ship as {era['name']} with {era['layout']}, a layout the "
-                "role does not unpack (it installs the redist layout, <name>/include and <name>/lib)",
-                "set cudnn: none (torch's wheels bring their own cuDNN), or a cuDNN from 8.3.1 on with "
-                "cudnn_tarball_url and cudnn_tarball_checksum for its tarball",
+                f"cuDNN {build} has no redist manifest for the cudnn role to find its tarball by",
+                f"NVIDIA shipped cuDNN {era['first']} to {era['last']} as {era['name']} ({era['layout']}), before "
+                "its redist manifests existed; the role installs that layout, but only from a tarball it is given",
+                give + " (the .tgz you downloaded from NVIDIA's archive), or cudnn: none (torch's wheels bring "
+                "their own cuDNN)",
                 era["source"],
             )
+            return
+        if self.data.cudnn_manifest_known(build):
             return
         self.add(
             "cudnn-archive",
             WARNING,
-            f"cuDNN {build} needs cudnn_tarball_url and cudnn_tarball_checksum",
-            f"cuDNN {era['first']} to {era['last']} ship as {era['name']}, and NVIDIA names their redist manifests "
-            "either way (redistrib_8.9.6.json, redistrib_8.9.7.29.json); the role reads redistrib_<X.Y.Z>.json",
-            "set cudnn_tarball_url to the tarball on your mirror and cudnn_tarball_checksum to its sha256 "
-            "(the role then needs no manifest), or use cuDNN 9",
+            f"NVIDIA's redist manifest for cuDNN {build} is not known to exist",
+            f"cuDNN {era['first']} to {era['last']} ship as {era['name']}; NVIDIA has manifests for some of these "
+            "releases only, named redistrib_<X.Y.Z>.json or redistrib_<build>.json, and the role asks for both",
+            f"if your mirror has neither, {give}",
             era["source"],
+            "xla_cudnn_manifests",
         )
 
     def _check_cudnn_minor(self, build: str, major: str) -> None:
@@ -672,6 +681,13 @@ class _Checker:
         out["cudnn_declared"] = self.stack.cudnn
         # What verify checks the loader resolves to the tree's own files.
         out["cudnn_libraries"] = self.data.cudnn_libraries(self.cudnn) if self.cudnn else []
+        # Derived once here, read by the roles (none of them re-derives a version from a string).
+        cuda = out["cuda"] if out["cuda"] not in (None, "none") else None
+        out["cuda_xy"] = versions.major_minor(cuda) if cuda else None
+        out["cuda_major"] = str(versions.major(cuda)) if cuda else None
+        out["cuda_tree"] = f"/usr/local/cuda-{out['cuda_xy']}" if cuda else None
+        out["cudnn_release"] = ".".join(self.cudnn.split(".")[:3]) if self.cudnn else None
+        out["cudnn_major"] = self.cudnn.split(".", 1)[0] if self.cudnn else None
         out["torch_variant"] = self.variant.name if self.variant else self.stack.torch_variant
         out["torch_variant_derived"] = self.variant_derived
         out["torch_cuda"] = self.variant.cuda if self.variant else None
@@ -708,10 +724,12 @@ def check(
     host_gpus: Iterable[Mapping[str, str]] = (),
     host_facts: Mapping[str, Any] | None = None,
     backend: str | None = None,
+    *,
+    cudnn_fetch: str = "manifest",
 ) -> Report:
-    """Judge a well-formed stack (and, where given, the host's GPUs and OS, and the environment's
-    backend) against the data."""
-    checker = _Checker(stack, data or load())
+    """Judge a well-formed stack (and, where given, the host's GPUs and OS, the environment's
+    backend, and how the cudnn role gets its tarball: cudnn_fetch_mode) against the data."""
+    checker = _Checker(stack, data or load(), cudnn_fetch)
     checker.resolve_gpus(host_gpus)
     checker.check_toolkit()
     checker.check_torch()

@@ -259,8 +259,45 @@ def build(site: Path, wheels: Path) -> list[Path]:
             }
         manifest_path.write_text(json.dumps(manifest, indent=4) + "\n")
         manifests.append(manifest_path)
+    for entry in data.get("cudnn_legacy", []):
+        build_legacy_cudnn(site, wheels, entry)
     build_pytorch_index(site, data.get("pytorch_index", {}))
     return manifests
+
+
+def legacy_cudnn_path(site: Path, entry: dict[str, Any]) -> Path:
+    """compute/redist/cudnn/v8.6.0/cudnn-11.8-linux-x64-v8.6.0.163.tgz: the path and name pattern
+    of NVIDIA's .tgz era (docs/research/cudnn8-releases.md 2a)."""
+    version = str(entry["version"])
+    release = ".".join(version.split(".")[:3])
+    return site / "compute/redist/cudnn" / f"v{release}" / f"cudnn-{entry['cuda']}-linux-x64-v{version}.tgz"
+
+
+def build_legacy_cudnn(site: Path, wheels: Path, entry: dict[str, Any]) -> Path:
+    """The cuDNN tarball in the old layout (cuda/include, cuda/lib64), with its sha256 beside it in
+    <name>.sha256 (that era had no manifest; sites pin the tarball itself)."""
+    archive = legacy_cudnn_path(site, entry)
+    sums = archive.with_name(archive.name + ".sha256")
+    if archive.exists() and sums.exists() and sums.read_text().split()[0] == digest(archive):
+        return archive
+    log(f"building {archive.name}")
+    wheel_path = fetch_wheel(Wheel(**entry["wheel"]), wheels)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=wheels.parent) as tmp:
+        top = Path(tmp) / "cuda"
+        top.mkdir()
+        _stage(wheel_path, entry["prefix"], top, ".".join(str(entry["version"]).split(".")[:3]))
+        (top / "lib").rename(top / "lib64")
+        (top / "LICENSE").rename(top / "NVIDIA_SLA_cuDNN_Support.txt")
+        partial = archive.with_suffix(".partial")
+        subprocess.run(  # noqa: S603 - fixed argv
+            ["/usr/bin/tar", "--sort=name", "--owner=0", "--group=0", "--numeric-owner", "--mtime=@0",
+             "--use-compress-program=gzip -n -1", "-cf", str(partial), "-C", tmp, "cuda"],
+            check=True,
+        )  # fmt: skip
+        partial.replace(archive)
+    sums.write_text(f"{digest(archive)}  {archive.name}\n")
+    return archive
 
 
 def build_pytorch_index(site: Path, index: dict[str, Any]) -> None:
@@ -345,4 +382,11 @@ def verify(site: Path) -> list[str]:
                     problems.append(f"{archive}: sha256 differs from {manifest_path.name}")
                 elif str(archive.stat().st_size) != entry["size"]:
                     problems.append(f"{archive}: size differs from {manifest_path.name}")
+    for entry in spec().get("cudnn_legacy", []):
+        archive = legacy_cudnn_path(site, entry)
+        sums = archive.with_name(archive.name + ".sha256")
+        if not archive.exists() or not sums.exists():
+            problems.append(f"{archive}: missing (or its .sha256)")
+        elif sums.read_text().split()[0] != digest(archive):
+            problems.append(f"{archive}: sha256 differs from {sums.name}")
     return problems

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv import driver, redist
+from gpuenv import driver, hostparse, redist
 
 DATA = Path(__file__).parent / "data"
 
@@ -81,13 +81,13 @@ def test_tree_id_changes_with_the_bytes_not_the_order() -> None:
 @pytest.mark.parametrize(("version", "release"), [("12.4.131", "12.4"), ("12.1.105", "12.1")])
 def test_ptxas_version(version: str, release: str) -> None:
     text = (DATA / f"ptxas-version-{version}.txt").read_text()
-    assert redist.tool_version(text) == {"release": release, "version": version}
-    assert redist.tool_version("ptxas: command not found") is None
+    assert hostparse.tool_version(text) == {"release": release, "version": version}
+    assert hostparse.tool_version("ptxas: command not found") is None
 
 
 def test_cudnn_header_version() -> None:
-    assert redist.cudnn_header_version((DATA / "cudnn_version-9.1.0.70.h").read_text()) == "9.1.0"
-    assert redist.cudnn_header_version("#define CUDNN_MAJOR 9\n") is None
+    assert hostparse.cudnn_header_version((DATA / "cudnn_version-9.1.0.70.h").read_text()) == "9.1.0"
+    assert hostparse.cudnn_header_version("#define CUDNN_MAJOR 9\n") is None
 
 
 def test_ldconfig_libs() -> None:

@@ -3,12 +3,13 @@ source key in gpuenv/data/compat.yaml) that decides its expected verdict."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuenv.checkspec import check_file, check_mapping
+from gpuenv.checkspec import check_file, check_mapping, cudnn_fetch_mode
 
 
 def stack(**keys: Any) -> dict[str, Any]:
@@ -299,14 +300,22 @@ CASES: list[tuple[str, dict[str, Any], int, set[str], set[str]]] = [
         stack(cuda="11.8.0", cudnn="8.9.7.29", driver="535", torch="2.7.1", torch_variant="cu118"),
         0,
         set(),
-        {"cudnn-archive"},  # cuDNN 8's manifests are named either way: the tarball's URL is needed
+        set(),  # NVIDIA's redistrib_8.9.7.29.json exists (XLA pins it): the role finds the tarball
+    ),
+    # 8.8.1 is in the .tar.xz era, but no manifest of it is known: the tarball's URL may be needed
+    (
+        "cudnn-8.8.1-cuda11-manifest-unknown",
+        stack(cuda="11.8.0", cudnn="8.8.1", driver="535", torch="2.7.1", torch_variant="cu118"),
+        0,
+        set(),
+        {"cudnn-archive"},
     ),
     # --- the CUDA minors each cuDNN build supports (NVIDIA's support matrices; nixpkgs where none) ---
     (
         "cudnn-8.2.1-on-cuda-11.3-the-recipe",
         stack(cuda="11.3.1", cudnn="8.2.1", driver="470", torch="1.12.1", torch_variant="cu113", python="3.9"),
         1,
-        {"cudnn-archive"},  # within its matrix, but a .tgz (cuda/lib64) the cudnn role does not unpack yet
+        {"cudnn-archive"},  # within its matrix, but a .tgz without a manifest: its tarball must be given
         set(),
     ),
     (
@@ -550,6 +559,28 @@ def test_check_spec_reads_the_backend_beside_the_stack(tmp_path: Path) -> None:
     assert check_file(path)["exit_code"] == 1
     path.write_text(body + "pytorch_env_backend: conda\n")
     assert check_file(path)["exit_code"] == 0
+
+
+def test_a_tgz_era_cudnn_passes_once_its_tarball_is_given(tmp_path: Path) -> None:
+    # The recipe people follow: cuDNN 8.2.1 ships only as cudnn-11.3-linux-x64-v8.2.1.32.tgz.
+    recipe = stack(cuda="11.3.1", cudnn="8.2.1", driver="470", torch="1.12.1", torch_variant="cu113", python="3.9")
+    (error,) = check_mapping(recipe)["errors"]
+    assert error["rule"] == "cudnn-archive"
+    assert "cudnn_tarball_path" in error["fix"]
+    assert "cuda/include and cuda/lib64" in error["why"]
+    assert check_mapping(recipe, cudnn_fetch="tarball")["exit_code"] == 0
+    assert check_mapping(recipe, cudnn_fetch="packages")["exit_code"] == 0
+    # check-spec reads the settings beside the stack, as the preflight passes them.
+    path = tmp_path / "gpu_hosts.yml"
+    body = "gpu_stack: " + json.dumps(recipe) + "\n"
+    path.write_text(body)
+    assert check_file(path)["exit_code"] == 1
+    path.write_text(body + "cudnn_tarball_path: /srv/nvidia/cudnn-11.3-linux-x64-v8.2.1.32.tgz\n")
+    assert check_file(path)["exit_code"] == 0
+    path.write_text(body + "cudnn_source: none\n")
+    assert check_file(path)["exit_code"] == 0
+    assert cudnn_fetch_mode({"cudnn_tarball_url": "file:///srv/x.tgz"}) == "tarball"
+    assert cudnn_fetch_mode({}) == "manifest"
 
 
 def test_cudnn_outside_its_matrix_names_a_build_that_lists_the_toolkit() -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from gpuenv import redist
+    from gpuenv import hostparse, redist
 except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import redist
+    from gpuenv import hostparse, redist
 
 
 def gpuenv_redist_archives(manifest: Any, components: list[str], variant: str | None = None) -> dict[str, Any]:
@@ -28,11 +28,11 @@ def gpuenv_redist_plain_path(path: Any) -> bool:
 
 
 def gpuenv_tool_version(text: str) -> dict[str, str] | None:
-    return redist.tool_version(str(text))
+    return hostparse.tool_version(str(text))
 
 
 def gpuenv_cudnn_header_version(text: str) -> str | None:
-    return redist.cudnn_header_version(str(text))
+    return hostparse.cudnn_header_version(str(text))
 
 
 def gpuenv_ldconfig_libs(text: str, soname: str) -> list[str]:

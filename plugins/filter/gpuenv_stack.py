@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from gpuenv.checkspec import check_mapping
+    from gpuenv.checkspec import check_mapping, cudnn_fetch_mode
     from gpuenv.probes import parse_nvidia_smi_gpus
     from gpuenv.report import format_text
 except ImportError:
     # ansible-playbook run from a Python without gpuenv installed (not the repo's .venv): the
     # package sits two levels above this file, so use that copy rather than fail the preflight.
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv.checkspec import check_mapping
+    from gpuenv.checkspec import check_mapping, cudnn_fetch_mode
     from gpuenv.probes import parse_nvidia_smi_gpus
     from gpuenv.report import format_text
 
@@ -31,12 +31,22 @@ def gpuenv_check_stack(
     host_gpus: list[dict[str, str]] | None = None,
     host_facts: dict[str, Any] | None = None,
     backend: str | None = None,
+    *,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """settings: the variables beside gpu_stack the rules read (cudnn_source, cudnn_tarball_url,
+    cudnn_tarball_path)."""
     gpus = list(host_gpus or [])
     if nvidia_smi:
         gpus.extend(parse_nvidia_smi_gpus(str(nvidia_smi)))
     facts = {str(k): v for k, v in host_facts.items()} if host_facts else None
-    result = check_mapping(stack, host_gpus=gpus, host_facts=facts, backend=str(backend) if backend else None)
+    result = check_mapping(
+        stack,
+        host_gpus=gpus,
+        host_facts=facts,
+        backend=str(backend) if backend else None,
+        cudnn_fetch=cudnn_fetch_mode(settings or {}),
+    )
     result["text"] = format_text(result, verbose_sources=False)
     return result
 

@@ -1,0 +1,1 @@
+../../gpuenv/hostparse.py
