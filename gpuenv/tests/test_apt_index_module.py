@@ -86,6 +86,7 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(mod, "APT_STAMP", str(tmp_path / "periodic/update-success-stamp"))
     monkeypatch.setattr(mod, "LISTS", str(tmp_path / "lists"))
     monkeypatch.setattr(mod, "SOURCES", (str(tmp_path / "sources.list"),))
+    monkeypatch.setattr(mod, "RETRIES_CONF", str(tmp_path / "80gpuenv-retries"))
     return tmp_path
 
 
@@ -129,7 +130,8 @@ def test_a_component_added_within_the_hour_is_fetched_before_the_answer(
     _fetched(apt, age=60, sources_age=3000, host=host)
     for name in apt.lists.glob("*non-free*"):
         name.unlink()
-    out = _run(apt, monkeypatch, capsys, packages=["nvidia-cuda-toolkit"], component="non-free")
+    # retries=0: apt's retry setting (the one change the module makes) is another test's subject.
+    out = _run(apt, monkeypatch, capsys, packages=["nvidia-cuda-toolkit"], component="non-free", retries=0)
     assert apt.updates == 1
     assert out["refreshed"][0].startswith("no index yet for http://deb.debian.org/debian/ bookworm/non-free")
     assert out["madison"]["nvidia-cuda-toolkit"] == MADISON
@@ -259,3 +261,24 @@ def test_a_held_apt_lock_is_waited_for(
     out = _run(apt, monkeypatch, capsys, packages=["nvidia-cuda-toolkit"])
     assert apt.updates == 1
     assert out["madison"]["nvidia-cuda-toolkit"] == MADISON
+
+
+def test_apts_retries_are_written_once_and_check_mode_only_reports_them(
+    host: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A dropped link during a package download (issue 17, item 7): apt tries again, for the
+    # packages the roles install after this module, which Ansible's apt module cannot tell.
+    apt = FakeApt(host, INDEXTARGETS, {"nvidia-cuda-toolkit": MADISON}, {"nvidia-cuda-toolkit": MADISON})
+    _fetched(apt, age=60, sources_age=3000, host=host)
+    conf = host / "80gpuenv-retries"
+    out = _run(apt, monkeypatch, capsys, packages=["nvidia-cuda-toolkit"], retries=5, _ansible_check_mode=True)
+    assert out["changed"] is True
+    assert not conf.exists()
+    out = _run(apt, monkeypatch, capsys, packages=["nvidia-cuda-toolkit"], retries=5)
+    assert out["changed"] is True
+    assert 'Acquire::Retries "5";' in conf.read_text()
+    out = _run(apt, monkeypatch, capsys, packages=["nvidia-cuda-toolkit"], retries=5)
+    assert out["changed"] is False
+    out = _run(apt, monkeypatch, capsys, packages=["nvidia-cuda-toolkit"], retries=0)
+    assert out["changed"] is False
+    assert 'Acquire::Retries "5";' in conf.read_text()  # 0 leaves apt's setting as it is

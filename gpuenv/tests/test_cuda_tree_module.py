@@ -424,24 +424,3 @@ def test_only_the_roles_own_toolkit_trees_are_pruned_by_version(tmp_path: Path) 
     user = make_toolkit(tmp_path, "cuda-11.3")
     make_toolkit(tmp_path, "cuda-12.0")
     assert mod.prune(str(user), {str(user)}, versions=True) == []
-
-
-def test_the_documentation_parses_and_names_every_option(monkeypatch: pytest.MonkeyPatch) -> None:
-    import yaml  # noqa: PLC0415 - only this test reads the module's YAML
-
-    doc = yaml.safe_load(mod.DOCUMENTATION)
-    yaml.safe_load(mod.EXAMPLES)
-    yaml.safe_load(mod.RETURN)
-    seen: dict[str, Any] = {}
-
-    class Capture:
-        def __init__(self, argument_spec: dict[str, Any], **_: Any) -> None:
-            seen.update(argument_spec)
-            raise SystemExit(0)
-
-    monkeypatch.setattr(mod, "AnsibleModule", Capture)
-    with pytest.raises(SystemExit):
-        mod.main()
-    assert set(doc["options"]) == set(seen)
-    for name, spec in seen.items():
-        assert doc["options"][name]["type"] == spec["type"], name

@@ -23,8 +23,9 @@ description:
     triggers one more refresh (unless this run already refreshed) before the answer.
   - For each package still missing, I(why) says what is really missing, read from the host's
     sources through C(apt-get indextargets) - the component, the repository, or the package.
-  - Never reports changed (the index is not the host's configuration); refreshes in check mode
-    too, because the roles' check mode decides from the index as a real run does.
+  - Reports changed only when it writes apt's retry setting (I(retries)); the index is not the
+    host's configuration. Refreshes in check mode too, because the roles' check mode decides from
+    the index as a real run does.
 options:
   packages:
     description: Package names to look up.
@@ -51,6 +52,14 @@ options:
     description: Seconds to wait for apt's lock (held by apt-daily or another apt) before failing.
     type: int
     default: 120
+  retries:
+    description:
+      - How many more times apt tries a download that failed (a dropped link, a server error), for
+        the refresh here and for every package download after it, written to
+        C(/etc/apt/apt.conf.d/80gpuenv-retries) (C(Acquire::Retries); apt waits longer before each
+        try). 0 leaves apt's own setting alone. The only change this module makes to the host.
+    type: int
+    default: 3
   repository:
     description:
       - The URL of the repository that should offer them (NVIDIA's or a site mirror), to name it
@@ -59,6 +68,9 @@ options:
 """
 
 RETURN = r"""
+changed:
+  description: Whether apt's retry setting (C(retries)) was written; the index itself is no change.
+  type: bool
 madison:
   description: C(apt-cache madison) output per package (empty when nothing offers it); parse with gpuenv_driver_pick.
   type: dict
@@ -75,6 +87,9 @@ sources:
   description: The repositories the sources name, as "URI suite/component".
   type: list
 """
+
+# apt's retries for package downloads, which Ansible's apt module cannot pass on the command line.
+RETRIES_CONF = "/etc/apt/apt.conf.d/80gpuenv-retries"
 
 # The module's own record of when it last refreshed: apt's lists keep the servers' times, not ours.
 STAMP = "/var/lib/apt/periodic/gpuenv-update-stamp"
@@ -186,6 +201,33 @@ def explain(package: str, targets: list[dict[str, str]], component: str | None, 
     )
 
 
+def retries_conf(retries: int) -> str:
+    return (
+        "// Written by gpuenv (gpuenv_apt_index): a dropped link or a server error during a download is\n"
+        f'// tried again, apt waiting longer before each try.\nAcquire::Retries "{retries}";\n'
+    )
+
+
+def ensure_retries(retries: int, check_mode: bool) -> bool:
+    """Write apt's retry setting when it differs; True when it changed (or would, in check mode)."""
+    if retries <= 0:
+        return False
+    want = retries_conf(retries)
+    try:
+        with open(RETRIES_CONF) as conf:
+            if conf.read() == want:
+                return False
+    except OSError:
+        pass
+    if not check_mode:
+        tmp = RETRIES_CONF + ".tmp"
+        with open(tmp, "w") as conf:
+            conf.write(want)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, RETRIES_CONF)
+    return True
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -195,11 +237,13 @@ def main() -> None:
             "component": {"type": "str"},
             "repository": {"type": "str"},
             "lock_timeout": {"type": "int", "default": 120},
+            "retries": {"type": "int", "default": 3},
         },
         supports_check_mode=True,
     )
     p = module.params
-    retries = ["-o", "Acquire::Retries=3"]
+    changed = ensure_retries(p["retries"], module.check_mode)
+    retries = ["-o", f"Acquire::Retries={max(p['retries'], 0)}"]
 
     def targets() -> list[dict[str, str]]:
         rc, out, err = module.run_command(["apt-get", "indextargets", "--no-release-info", "--format", TARGET_FORMAT])
@@ -250,7 +294,7 @@ def main() -> None:
     if reasons:
         listed = targets()
     module.exit_json(
-        changed=False,
+        changed=changed,
         madison=offered,
         missing=missing,
         why={name: explain(name, listed, p["component"], p["repository"]) for name in missing},

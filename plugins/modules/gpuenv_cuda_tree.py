@@ -120,7 +120,8 @@ needed:
 
 MARKER = ".gpuenv-cudnn.json"
 UNPACKED = ".gpuenv-unpacked.json"
-LEGACY, REDIST = "cuda/include + cuda/lib64 (.tgz, up to 8.3.0)", "<name>/include + <name>/lib (redist, 8.3.1 on)"
+LEGACY = "cuda/include + cuda/lib64 (.tgz, up to 8.3.0)"
+REDIST = "<name>/include + <name>/lib (redist, 8.3.1 on)"
 
 
 class TreeError(Exception):
