@@ -349,3 +349,36 @@ def test_the_search_stays_small(capsys: pytest.CaptureFixture[str]) -> None:
         result = suggest_json(capsys, *args)
         assert result["checks"] < 400, (args, result["checks"])
         assert result["seconds"] < 2.0, (args, result["seconds"])
+
+
+def test_cuda_pin_keeps_the_toolkit_and_picks_a_build_of_its_major(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ("--gpu", "RTX 4090", "--cuda", "12.4", "--os", "debian13")
+    code, out, _ = suggest(capsys, *args)
+    assert code == 0
+    accepted_by_check_spec(tmp_path, out)
+    result = suggest_json(capsys, *args)
+    stack = stack_of(result)
+    # --cuda 12.4 means 12.4.1, the newest 12.4 row of cuda.toolkit_driver. torch 2.14.1's cu130 and cu132
+    # builds are CUDA 13: beside a 12.4 toolkit they warn (toolkit-torch-major, pt_cpp_extension), so its
+    # cu126 build is the newest clean one; cuDNN 9.10.2.21 is cu126's (support 12.0-12.9 has 12.4); Python
+    # 3.13 is what os.debian13.python ships; driver 595 the newest branch (Ada has no last one).
+    assert stack == {
+        "gpu": ["RTX 4090"],
+        "os": "debian13",
+        "driver": "595",
+        "cuda": "12.4.1",
+        "cudnn": "9.10.2.21",
+        "python": "3.13",
+        "torch": "2.14.1",
+        "torch_variant": "cu126",
+    }
+    assert bound(result, "torch_variant", "toolkit-torch-major")["sources"] == ["pt_cpp_extension"]
+    # Keeping Debian 13's own driver (os.debian13.driver_branch 550) with the 12.4 toolkit: runtimes up to
+    # 12.4 (550.54.14); torch 2.7 and newer have no 12.x build below 12.6 and cu118 is another major, so
+    # torch 2.6.0+cu124 (sass 8.6 runs on 8.9).
+    keep = next(a for a in result["alternatives"] if a["kind"] == "keep-driver")["stacks"][0]
+    kept = keep["document"]["gpu_stack"]
+    assert (kept["torch"], kept["torch_variant"], kept["driver"], kept["cuda"]) == ("2.6.0", "cu124", "550", "12.4.1")
+    every_alternative_accepted(result)
