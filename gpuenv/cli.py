@@ -8,12 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuenv import __version__, fleetreport, verify
+from gpuenv import __version__, fleetfacts, fleetreport, verify
 from gpuenv.checkspec import check_file
 from gpuenv.compat import load
 from gpuenv.report import format_text
 from gpuenv.rules import check
 from gpuenv.stack import parse_stack
+from gpuenv.suggest import EXIT_INVALID, Request, suggest
+from gpuenv.suggest_inputs import InputError, parse_constraints, parse_gpus
+from gpuenv.suggest_output import as_json, invalid, text
 
 
 def _check_spec(args: argparse.Namespace) -> int:
@@ -62,6 +65,55 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _suggest(args: argparse.Namespace) -> int:
+    data = load()
+    gpus, problems = parse_gpus(args.gpu or [], data)
+    notes: list[str] = []
+    os_name: str | None = args.os
+    keep: tuple[str, str, list[str]] | None = None  # a driver the hosts could keep, for that alternative
+    if args.inventory:
+        try:
+            fleet = fleetfacts.read(Path(args.inventory), Path(args.facts), data)
+        except fleetfacts.InventoryError as exc:
+            problems.append(str(exc))
+        else:
+            known = {g.label for g in gpus}
+            gpus += [g for g in fleet.gpus if g.label not in known]
+            notes += fleet.notes
+            if os_name is None and fleet.os:
+                os_name = fleet.os
+                notes.append(f"--os {fleet.os}: what every recorded host runs")
+            if fleet.driver_branch:
+                keep = (fleet.driver_branch, "what the fleet's hosts run now (their nvidia_driver facts)", [])
+    if not gpus and not problems:
+        problems.append(
+            "no GPU given: name them with --gpu MODEL_OR_CC (repeatable), or read a fleet's with --inventory"
+        )
+    try:
+        constraints = parse_constraints(
+            data,
+            os=os_name,
+            driver=args.driver,
+            max_driver_branch=args.max_driver_branch,
+            torch=args.torch,
+            python=args.python,
+            cuda=args.cuda,
+            backend=args.backend,
+            system_cudnn=not args.no_system_cudnn,
+        )
+    except InputError as exc:
+        problems += exc.problems
+    if problems:
+        print(invalid(problems, args.json), file=sys.stdout if args.json else sys.stderr)
+        return EXIT_INVALID
+    if keep is None and constraints.os and data.os[constraints.os].get("driver_branch"):
+        entry = data.os[constraints.os]
+        keep = (str(entry["driver_branch"]), f"{constraints.os}'s own packages", [str(entry["source"])])
+    result = suggest(data, Request(gpus, constraints, keep, notes))
+    print(as_json(result, data) if args.json else text(result, data), end="" if not args.json else "\n")
+    return int(result["exit_code"])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuenv", description="Declarative provisioning of deep-learning GPU hosts.")
     parser.add_argument("--version", action="version", version=f"gpuenv {__version__}")
@@ -84,6 +136,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     spec.add_argument("--brief", action="store_true", help="leave out the source of each finding")
     spec.set_defaults(func=_check_spec)
+
+    sug = sub.add_parser(
+        "suggest",
+        help="the newest stack that passes every rule for some GPUs, and its alternatives",
+        description="Print the newest stack that passes every check-spec rule for all the GPUs under the "
+        "constraints, as a ready stack file (check-spec accepts it), with what bound each choice and the "
+        "alternatives that trade one thing for another. Exit 0: a stack (or one per GPU group) was found; 1: no "
+        "stack satisfies the constraints (the reasons are printed per bound); 2: bad input.",
+    )
+    sug.add_argument(
+        "--gpu",
+        action="append",
+        metavar="MODEL_OR_CC",
+        help='a GPU model ("RTX 3060") or compute capability (repeatable)',
+    )
+    sug.add_argument("--inventory", metavar="DIR", help="suggest for the GPUs recorded on this inventory's gpu_hosts")
+    sug.add_argument(
+        "--facts",
+        metavar="DIR",
+        default="reports/facts",
+        help="the hosts' saved local facts for --inventory (ansible -m setup --tree DIR; default reports/facts)",
+    )
+    sug.add_argument("--os", help="the hosts' OS (debian12, debian13, ubuntu2204, ubuntu2404, rhel9)")
+    drivers = sug.add_mutually_exclusive_group()
+    drivers.add_argument("--driver", help="keep this driver: a branch (535) or version (535.247.01)")
+    drivers.add_argument("--max-driver-branch", metavar="BRANCH", help="the newest driver branch allowed (535)")
+    sug.add_argument("--torch", metavar="SPEC", help="torch bounds: ==2.5.1, >=2.3, <2.6, or several: '>=2.3,<2.6'")
+    sug.add_argument("--python", help="the Python version (3.11)")
+    sug.add_argument("--cuda", help="the CUDA toolkit (12.4 for its newest update, or 12.4.1)")
+    sug.add_argument("--backend", choices=["venv", "conda"], default="venv", help="the environment's backend")
+    sug.add_argument("--no-system-cudnn", action="store_true", help="no cuDNN in the CUDA tree (torch brings its own)")
+    sug.add_argument("--json", action="store_true", help="print a machine-readable result")
+    sug.set_defaults(func=_suggest)
 
     profiles = sub.add_parser("profiles", help="list the named, pre-checked stack profiles")
     profiles.add_argument("--json", action="store_true", help="print a machine-readable list")

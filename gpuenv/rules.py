@@ -158,14 +158,9 @@ class _Checker:
             )
 
     def _cc_for(self, label: str) -> str | None:
-        if re.fullmatch(r"\d{1,3}\.\d{1,3}", label):
-            return label
-        match = re.fullmatch(r"sm_(\d+)(\d)", label.lower())
-        if match:
-            return f"{int(match.group(1))}.{match.group(2)}"
-        model = self.data.gpu_by_name(label)
-        if model is not None:
-            return model.cc
+        cc = gpu_cc(label, self.data)
+        if cc is not None:
+            return cc
         self.add(
             "gpu-unknown",
             ERROR,
@@ -706,6 +701,18 @@ class _Checker:
             {"label": g.label, "cc": g.cc, "origin": g.origin, "generation": g.generation} for g in self.gpus
         ]
         return out
+
+
+def gpu_cc(label: str, data: CompatData) -> str | None:
+    """The compute capability a declared GPU stands for: "8.6", "sm_86" or a model name; None when
+    gpuenv does not know the model (the rules then report gpu-unknown)."""
+    if re.fullmatch(r"\d{1,3}\.\d{1,3}", label):
+        return label
+    match = re.fullmatch(r"sm_(\d+)(\d)", label.lower())
+    if match:
+        return f"{int(match.group(1))}.{match.group(2)}"
+    model = data.gpu_by_name(label)
+    return model.cc if model is not None else None
 
 
 def covers(variant: TorchVariant, cc: str) -> bool:
