@@ -210,6 +210,13 @@ class CompatData:
         release = ".".join(build.split(".")[:3])
         return release in {str(r) for r in self.raw["cudnn"].get("manifests", {}).get("releases", [])}
 
+    def cudnn_matrix_min_cc(self, build: str) -> str | None:
+        """The lowest compute capability NVIDIA's matrix lists for a cuDNN build, where known."""
+        floor = self.raw["cudnn"].get("matrix_min_cc")
+        if not floor or versions.parse(build) < versions.parse(str(floor["release"])):
+            return None
+        return str(floor["cc"])
+
     def cudnn_libraries(self, build: str) -> list[str]:
         """The shared libraries a cuDNN build's major ships ("libcudnn_cnn_infer.so.8", ...)."""
         return [str(n) for n in self.raw["cudnn"].get("libraries", {}).get(build.partition(".")[0], [])]

@@ -561,6 +561,19 @@ class _Checker:
         return first, driver, source
 
     def _check_cudnn_cc(self, gpu: Gpu, label: str) -> None:
+        floor_cc = self.data.cudnn_matrix_min_cc(self.cudnn) if self.cudnn else None
+        if floor_cc is not None and versions.parse(gpu.cc) < versions.parse(floor_cc):
+            floor = self.data.raw["cudnn"]["matrix_min_cc"]
+            self.add(
+                "gpu-cudnn-cc",
+                ERROR,
+                f"the system cuDNN {self.cudnn} does not support compute capability {gpu.cc} ({label})",
+                f"NVIDIA's support matrix for cuDNN {floor['release']} and newer lists compute capability "
+                f"{floor_cc} and up; code built against this cuDNN fails on the GPU",
+                "set cudnn: none (torch's wheels bring their own), or a cuDNN release below "
+                f"{floor['release']} whose matrix lists {gpu.cc}",
+                str(floor["source"]),
+            )
         if versions.parse(gpu.cc) >= versions.parse(self.data.cudnn_min_cc):
             return
         floor = versions.parse(self.data.cudnn_min_cc_release)

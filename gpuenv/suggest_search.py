@@ -24,7 +24,9 @@ from gpuenv.suggest_inputs import Constraints, GpuSpec
 # Warnings that come with the GPUs themselves, whatever the stack: they do not count against one.
 GPU_INHERENT = frozenset({"gpu-unknown-cc", "gpu-jetson", "gpu-declared-vs-detected"})
 DRIVER_RULES = frozenset({"driver-cuda", "driver-torch-cuda", "gpu-driver-eol", "gpu-driver-too-old"})
-CUDNN_RULES = frozenset({"cudnn-cuda", "cudnn-unknown", "cudnn-cuda-minor", "cudnn-archive", "gpu-cudnn-sm75"})
+CUDNN_RULES = frozenset(
+    {"cudnn-cuda", "cudnn-unknown", "cudnn-cuda-minor", "cudnn-archive", "gpu-cudnn-sm75", "gpu-cudnn-cc"}
+)
 PYTHON_RULES = frozenset({"torch-python", "os-python"})
 
 # A search judges a few dozen stacks for a typical fleet; this caps a pathological one (every torch

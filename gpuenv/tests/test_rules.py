@@ -597,3 +597,18 @@ def test_cudnn_outside_its_matrix_names_a_build_that_lists_the_toolkit() -> None
 def test_the_nearest_builds_include_the_same_release() -> None:
     (error,) = check_mapping(stack(cudnn="9.1.0.99"))["errors"]
     assert error["fix"] == "use a release gpuenv has for CUDA 12: the nearest are 9.1.0.70 and 9.1.1.17"
+
+
+def test_a_system_cudnn_whose_matrix_drops_kepler_is_refused_for_kepler() -> None:
+    # NVIDIA's cuDNN 8.9.1 matrix lists compute capability 5.0 to 9.0 (cudnn.matrix_min_cc,
+    # nv_cudnn_matrix_8); a K80 (3.7) cannot use a system cuDNN 8.9.6. 8.5.0's matrix still says
+    # "SM 3.5 and later", and the releases between are UNVERIFIED: no refusal there.
+    kepler = stack(cuda="11.3.1", driver="470", torch="1.12.1", torch_variant="cu113", python="3.10", gpu="3.7")
+    result = check_mapping({**kepler, "cudnn": "8.9.6"})
+    (error,) = [e for e in result["errors"] if e["rule"] == "gpu-cudnn-cc"]
+    assert error["message"] == "the system cuDNN 8.9.6.50 does not support compute capability 3.7 (3.7)"
+    assert [s["key"] for s in error["sources"]] == ["nv_cudnn_matrix_8"]
+    assert "gpu-cudnn-cc" not in {e["rule"] for e in check_mapping({**kepler, "cudnn": "8.6.0"})["errors"]}
+    assert "gpu-cudnn-cc" not in {
+        e["rule"] for e in check_mapping({**kepler, "cudnn": "8.9.6", "gpu": "5.0"})["errors"]
+    }
