@@ -424,3 +424,40 @@ def test_only_the_roles_own_toolkit_trees_are_pruned_by_version(tmp_path: Path) 
     user = make_toolkit(tmp_path, "cuda-11.3")
     make_toolkit(tmp_path, "cuda-12.0")
     assert mod.prune(str(user), {str(user)}, versions=True) == []
+
+
+def test_a_full_disk_during_the_unpack_leaves_no_partial_copy_and_the_tree_as_it_was(
+    host: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = cudnn_args(host, "8.6.0.163", legacy=True)
+    real_copy = mod.shutil.copyfileobj
+    copied = {"n": 0}
+
+    def fills_up(src: Any, dst: Any, length: int = 0) -> None:
+        copied["n"] += 1
+        if copied["n"] == 4:
+            raise OSError(28, "No space left on device")
+        real_copy(src, dst, length)
+
+    monkeypatch.setattr(mod.shutil, "copyfileobj", fills_up)
+    out, ran = call(monkeypatch, capsys, **args)
+    assert out["failed"]
+    assert "No space left on device" in out["msg"]
+    assert list((host["downloads"] / "unpacked").iterdir()) == []  # no .partial left behind
+    assert os.readlink(host["link"]) == str(host["base"])
+    assert ran.commands == []
+
+
+def test_what_a_killed_run_left_in_staging_is_removed(
+    host: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = cudnn_args(host, "8.6.0.163", legacy=True)
+    left = host["root"] / f".staging-{host['base'].name}+cudnn-8.6.0.163-{args['cudnn_sha256'][:12]}"
+    (left / "lib").mkdir(parents=True)
+    (left / "lib/libcudnn.so.8.6.0").write_text("half\n")  # SIGKILL: no cleanup ran
+    (host["downloads"] / "unpacked" / f"{args['cudnn_sha256']}.partial").mkdir(parents=True)
+    out, _ = call(monkeypatch, capsys, **args)
+    assert out["changed"]
+    assert not left.exists()
+    assert not (host["downloads"] / "unpacked" / f"{args['cudnn_sha256']}.partial").exists()
+    assert (Path(os.readlink(host["link"])) / "lib/libcudnn.so.8.6.0").read_text() == "libcudnn 8.6.0.163\n"

@@ -192,7 +192,17 @@ def unpacked_info(unpack_dir: str, sha256: str) -> dict[str, Any] | None:
 
 
 def unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[str, Any]:
-    """Unpack the tarball into unpack_dir/<sha256>/{include,lib}, checked; returns its record."""
+    """Unpack the tarball into unpack_dir/<sha256>/{include,lib}, checked; returns its record. What
+    a failure (a full disk, a bad member) leaves half-done is removed."""
+    partial = os.path.join(unpack_dir, sha256) + ".partial"
+    try:
+        return _unpack(archive, sha256, version, unpack_dir)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def _unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[str, Any]:
     if not os.path.isfile(archive):
         raise TreeError(f"no cuDNN tarball at {archive} and no unpacked copy of it in {unpack_dir}/{sha256}")
     actual = sha256_of(archive)
@@ -233,7 +243,6 @@ def unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[str
     found = header_version(partial)
     want = ".".join(version.split(".")[:3])
     if found != want:
-        shutil.rmtree(partial, ignore_errors=True)
         raise TreeError(
             f"{os.path.basename(archive)} holds cuDNN {found or 'of no readable version (no cudnn_version.h)'}, "
             f"not {version}: check the tarball's URL or path and the declared cuDNN"
@@ -351,16 +360,26 @@ def legacy_files(tree: str) -> set[str]:
 
 
 def build_composed(base: str, unpacked: str, info: dict[str, Any]) -> None:
+    """The tree <base>+cudnn-..., built in staging and renamed into place when complete; a failure
+    (a full disk) removes the staging copy."""
     name = composed_name(base, info)
     staging = os.path.join(os.path.dirname(base), ".staging-" + os.path.basename(name))
     shutil.rmtree(staging, ignore_errors=True)
+    try:
+        _fill_staging(base, staging, unpacked, info)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(name, ignore_errors=True)  # an unfinished tree of that name: its record was not written
+    os.rename(staging, name)
+
+
+def _fill_staging(base: str, staging: str, unpacked: str, info: dict[str, Any]) -> None:
     hardlink_tree(base, staging, legacy_files(base))
     files = place_files(unpacked, info, staging)
     record = {k: info[k] for k in ("version", "sha256", "layout", "archive")}
     record.update(base=base, source=unpacked, files=sorted(files))
     write_json(os.path.join(staging, MARKER), record)
-    shutil.rmtree(name, ignore_errors=True)  # an unfinished tree of that name: its record was not written
-    os.rename(staging, name)
 
 
 def switch(link: str, target: str) -> None:
