@@ -39,12 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     p_inv = sub.add_parser("inventory", help="print the inventory's path (--show: its content)")
     p_inv.add_argument("--show", action="store_true")
     sub.add_parser("leftovers", help="list what of the sandbox exists on this machine (nothing after down)")
-    p_fault = sub.add_parser("fault", help="inject a fault: stop, start, cut, slow, disk, restore")
-    p_fault.add_argument("action", choices=["stop", "start", "cut", "slow", "disk", "restore"])
+    p_fault = sub.add_parser("fault", help="inject a fault: stop, start, cut, slow, disk, block, restore")
+    p_fault.add_argument("action", choices=["stop", "start", "cut", "slow", "disk", "block", "restore"])
     p_fault.add_argument("host")
     p_fault.add_argument("--rate", default="1mbit", help="slow: the bandwidth, e.g. 512kbit")
     p_fault.add_argument("--path", default="/opt/gpuenv", help="disk: where the small disk is mounted")
     p_fault.add_argument("--size-mb", type=int, default=64, help="disk: its size in MiB")
+    p_fault.add_argument(
+        "--port", type=int, default=8000, help="block: the controller's port the host loses (8000 mirror, 3142 cache)"
+    )
     p_mirror = sub.add_parser(
         "mirror", help="the local NVIDIA redist mirror: build (or verify and repair), verify, path"
     )
@@ -95,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                 faults.slow(args.host, args.rate)
             elif args.action == "disk":
                 faults.disk(args.host, args.path, args.size_mb)
+            elif args.action == "block":
+                faults.block(args.host, args.port)
             else:
                 getattr(faults, args.action)(args.host)
         elif args.command == "mirror":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpuenv.sandbox.fleet import Host, State, is_running, restart, stop_host
+from gpuenv.sandbox.fleet import RULE_COMMENT, Host, State, is_running, restart, stop_host
 from gpuenv.sandbox.util import SandboxError, run
 
 
@@ -46,6 +46,25 @@ def cut(name: str) -> None:
     host = _host(state, name)
     run(["ip", "link", "set", host.veth, "down"])
     _mark(state, host, "cut", True)
+
+
+def _block_rule(host: Host, port: int) -> list[str]:
+    # The mirror and the download cache listen on the controller's bridge address: INPUT. The
+    # sandbox's comment lets `down` remove a rule a failed test left.
+    return ["INPUT", "-s", host.ip, "-p", "tcp", "--dport", str(port), "-j", "DROP",
+            "-m", "comment", "--comment", RULE_COMMENT]  # fmt: skip
+
+
+def block(name: str, port: int) -> None:
+    """Drop what the host sends to one of the controller's ports (the mirror's 8000, the download
+    cache's 3142): that server is out of reach, as a mirror behind a broken route is, while SSH works."""
+    if not 1 <= port <= 65535:
+        raise SandboxError(f"port {port}: give a TCP port, e.g. 8000 (the mirror) or 3142 (the download cache)")
+    state = State.load()
+    host = _host(state, name)
+    if f"block:{port}" not in host.faults:
+        run(["iptables", "-I", *_block_rule(host, port)])
+    _mark(state, host, f"block:{port}", True)
 
 
 def slow(name: str, rate: str = "1mbit") -> None:
@@ -102,6 +121,9 @@ def restore(name: str) -> None:
     host = _host(state, name)
     run(["ip", "link", "set", host.veth, "up"])
     run(["tc", "qdisc", "del", "dev", host.veth, "root"], capture=True, check=False)
+    for fault in host.faults:
+        if fault.startswith("block:"):
+            run(["iptables", "-D", *_block_rule(host, int(fault.split(":", 1)[1]))], capture=True, check=False)
     needs_restart = bool(host.disks) or "stopped" in host.faults or not is_running(host)
     for d in host.disks:
         run(["umount", "-l", d["mount"]], capture=True, check=False)

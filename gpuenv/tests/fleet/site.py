@@ -1,0 +1,139 @@
+"""The sandbox fleet the fleet tests share: 4 Debian 12 hosts on stack A, and the helpers to
+declare a stack, run a playbook and read a host (used by gpuenv/tests/fleet/conftest.py and the
+test modules beside it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuenv.sandbox import fleet
+from gpuenv.tests.conftest import REPO, run_tool
+
+MIRROR = f"http://{fleet.controller_ip()}:{fleet.MIRROR_PORT}"
+CACHE = fleet.cache_url()
+BASE_STACK = {
+    "profile": "torch-2.5-cu124",
+    "driver": "535",
+    "cudnn": "9.1.0.70",
+    "python": "3.11",
+    "torch": "2.5.1",
+    "torch_variant": "cu124",
+}
+STACK_A = {**BASE_STACK, "cuda": "12.1.1"}
+STACK_B = {**BASE_STACK, "cuda": "12.4.1"}
+STACK_C = {**BASE_STACK, "cuda": "12.1.1", "packages": ["einops==0.8.1"]}
+SITE_VARS = {
+    "cuda_toolkit_redist_url": f"{MIRROR}/compute/cuda/redist",
+    "cudnn_redist_url": f"{MIRROR}/compute/cudnn/redist",
+    "cuda_toolkit_components": ["cuda_cudart", "cuda_nvcc", "cuda_nvrtc"],
+    "pytorch_env_pypi_url": f"{CACHE}/pypi/simple",
+    "nvidia_driver_mode": "userspace",
+}
+
+
+class Site:
+    """An inventory directory of the sandbox's hosts with a declared stack, and the reports."""
+
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        self.root = root
+        self.inventory = root / "inventory"
+        self.reports = root / "reports"
+        self.env = env
+        (self.inventory / "group_vars").mkdir(parents=True, exist_ok=True)
+        (self.inventory / "host_vars").mkdir(exist_ok=True)
+
+    def declare(self, stack: dict[str, Any], host_vars: dict[str, dict[str, Any]] | None = None) -> None:
+        shutil.copy(fleet.State.load().inventory or "", self.inventory / "hosts.yml")
+        (self.inventory / "group_vars/gpu_hosts.yml").write_text(yaml.safe_dump({"gpu_stack": stack, **SITE_VARS}))
+        for old in (self.inventory / "host_vars").glob("*.yml"):
+            old.unlink()
+        for host, values in (host_vars or {}).items():
+            (self.inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
+
+    def _argv(self, playbook: str, *args: str) -> list[str]:
+        extra = {
+            "gpu_verify_reports_dir": str(self.reports / "verify"),
+            "gpuenv_upgrade_reports_dir": str(self.reports / "rollout"),
+            "gpuenv_drift_reports_dir": str(self.reports / "drift"),
+            "onboard_user_reports_dir": str(self.reports / "onboard"),
+        }
+        return ["-i", str(self.inventory), f"playbooks/{playbook}", "-e", json.dumps(extra), *args]
+
+    def play(self, playbook: str, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+        return run_tool("ansible-playbook", *self._argv(playbook, *args), env=self.env, timeout=timeout)
+
+    def start(self, playbook: str, *args: str) -> subprocess.Popen[str]:
+        """The playbook running in the background, in a process group of its own (so that a test can
+        kill it with everything it started), its output in <root>/background.log."""
+        log = (self.root / "background.log").open("w")
+        return subprocess.Popen(
+            [str(Path(sys.executable).parent / "ansible-playbook"), *self._argv(playbook, *args)],
+            cwd=REPO,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+
+def ssh(host: str, command: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    h = fleet.State.load().hosts[host]
+    return subprocess.run(fleet.ssh_argv(h, command), capture_output=True, text=True, check=False, timeout=timeout)
+
+
+def link(host: str, path: str) -> str:
+    return ssh(host, f"readlink {path}").stdout.strip()
+
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    """The last PLAY RECAP of a run: host -> {ok, changed, failed, ...}."""
+    out = {}
+    for line in stdout.rsplit("PLAY RECAP", 1)[1].splitlines():
+        if " : " in line:
+            host, counts = line.split(" : ", 1)
+            out[host.strip()] = {k: int(v) for k, v in (kv.split("=") for kv in counts.split())}
+    return out
+
+
+def summary(site: Site) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((site.reports / "rollout/summary.json").read_text())
+    return loaded
+
+
+GIT = ["git", "-c", "user.name=gpuenv test", "-c", "user.email=site@gpuenv.invalid"]
+
+
+def make_signer(site: Site, name: str) -> tuple[Path, str]:
+    """An SSH signing key made for the test, and its allowed_signers line."""
+    key = site.root / f"signer-{name}"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)  # noqa: S607
+    kind, blob = key.with_suffix(".pub").read_text().split()[:2]
+    return key, f"site@gpuenv.invalid {kind} {blob}"
+
+
+def put(host: str, path: str, body: str, mode: str = "755") -> None:
+    """Write a file on the host."""
+    h = fleet.State.load().hosts[host]
+    argv = fleet.ssh_argv(h, f"cat > {path} && chmod {mode} {path}")
+    placed = subprocess.run(argv, input=body, capture_output=True, text=True, check=False)
+    assert placed.returncode == 0, placed.stderr
+
+
+def wait_for(host: str, command: str, timeout: float) -> bool:
+    """Whether `command` succeeded on the host within timeout seconds (asked every half second)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ssh(host, command, timeout=30).returncode == 0:
+            return True
+        time.sleep(0.5)
+    return False

@@ -1,0 +1,91 @@
+"""Drift and onboarding on the shared fleet (issue 9; security item 1 of issue 17)."""
+
+from __future__ import annotations
+
+import json
+
+from gpuenv.sandbox import fleet
+from gpuenv.tests.fleet.site import CACHE, STACK_C, Site, link, make_signer, recap, ssh
+
+
+def test_drift_finds_a_host_changed_by_hand(site: Site) -> None:
+    site.declare(STACK_C)
+    hand = ssh(
+        "sb2",
+        "ln -sfn /usr/local/cuda-12.4 /usr/local/cuda && ldconfig && "
+        f"/opt/gpuenv/envs/default/bin/python -m pip install -q --index-url {CACHE}/pypi/simple "
+        f"--trusted-host {fleet.controller_ip()} six==1.16.0",
+    )
+    assert hand.returncode == 0, hand.stderr
+    run = site.play("drift.yml", "--limit", "sb1,sb2,localhost")
+    assert run.returncode != 0  # sb2 differs
+    counts = recap(run.stdout)
+    assert counts["sb1"]["changed"] == counts["sb2"]["changed"] == 0
+    assert (counts["sb1"]["failed"], counts["sb2"]["failed"]) == (0, 1)
+    reports = {h: json.loads((site.reports / f"drift/{h}.json").read_text()) for h in ("sb1", "sb2")}
+    assert reports["sb1"]["exit_code"] == 0, [c for c in reports["sb1"]["checks"] if c["status"] == "fail"]
+    failed = {c["id"]: c for c in reports["sb2"]["checks"] if c["status"] == "fail"}
+    assert {"drift.cuda_default", "drift.env_packages", "cuda_tree.toolkit"} <= set(failed), failed
+    assert failed["drift.env_packages"]["observed"]["added"] == ["six==1.16.0"]
+    md = (site.reports / "drift/drift.md").read_text()
+    assert "sb2 **FAILED**" in md
+    assert "drift" in md.splitlines()[0]
+    # Drift changed nothing: the hand changes are still there.
+    assert link("sb2", "/usr/local/cuda") == "/usr/local/cuda-12.4"
+
+
+def test_onboarding_a_new_member_ends_with_verify_run_as_them(site: Site) -> None:
+    run = site.play("onboard.yml", "--limit", "sb1", "-e", "onboard_user_name=carol")
+    assert run.returncode == 0, run.stdout[-4000:]
+    report = json.loads((site.reports / "onboard/sb1-carol.json").read_text())
+    assert report["exit_code"] == 0
+    assert "What to type next" in run.stdout
+    groups = ssh("sb1", "id -nG carol").stdout.split()
+    assert "gpuenv" in groups
+    # Their own shells, login or not, find the environment.
+    shells = ssh("sb1", "su - carol -c 'command -v python' && su carol -c 'bash -ic \"command -v python\"'")
+    assert shells.stdout.split() == ["/opt/gpuenv/envs/default/bin/python"] * 2, shells.stdout + shells.stderr
+    assert ssh("sb1", "test -s ~carol/WELCOME-gpuenv.txt").returncode == 0
+    again = site.play("onboard.yml", "--limit", "sb1", "-e", "onboard_user_name=carol")
+    assert again.returncode == 0
+    assert recap(again.stdout)["sb1"]["changed"] == 0
+
+
+def test_onboarding_writes_nothing_through_links_a_member_planted(site: Site) -> None:
+    """An existing account's home is the member's: links they plant there to system files must not
+    make root write, or chown, what they point at (issue 17, security item 1)."""
+    _, signer = make_signer(site, "member")
+    key_line = signer.split(" ", 1)[1] + " member@example"
+    targets = ["/etc/profile.d", "/etc/bash.bashrc", "/etc/motd", "/root/.ssh/authorized_keys"]
+    plant = (
+        "mkdir -p /root/.ssh && touch /root/.ssh/authorized_keys"
+        " && useradd -m -s /bin/bash mallory && cd ~mallory && rm -f .bashrc"
+        " && ln -s /etc/profile.d .ssh && ln -s /etc/bash.bashrc .bashrc && ln -s /etc/motd WELCOME-gpuenv.txt"
+        " && chown -h mallory: .ssh .bashrc WELCOME-gpuenv.txt"
+        " && useradd -m -s /bin/bash trudy && mkdir ~trudy/.ssh"
+        " && ln -s /root/.ssh/authorized_keys ~trudy/.ssh/authorized_keys && chown -hR trudy: ~trudy/.ssh"
+    )
+    state = f"stat -c '%n %U %G %a' {' '.join(targets)} && sha256sum {' '.join(targets[1:])}"
+    placed = ssh("sb1", plant)
+    assert placed.returncode == 0, placed.stderr
+    before = ssh("sb1", state).stdout
+    try:
+        for user, links in {
+            "mallory": [
+                "/home/mallory/.ssh is a symbolic link to /etc/profile.d",
+                "/home/mallory/.bashrc is a symbolic link to /etc/bash.bashrc",
+                "/home/mallory/WELCOME-gpuenv.txt is a symbolic link to /etc/motd",
+            ],
+            "trudy": ["/home/trudy/.ssh/authorized_keys is a symbolic link to /root/.ssh/authorized_keys"],
+        }.items():
+            extra = json.dumps({"onboard_user_name": user, "onboard_user_ssh_keys": [key_line]})
+            run = site.play("onboard.yml", "--limit", "sb1", "-e", extra)
+            assert run.returncode != 0, run.stdout[-3000:]
+            assert f"Refusing to onboard {user} on sb1" in run.stdout, run.stdout[-3000:]
+            for sentence in links:
+                assert sentence in run.stdout, run.stdout[-3000:]
+            assert ssh("sb1", state).stdout == before
+            # Refused before the account was touched: not even the environment's group was added.
+            assert "gpuenv" not in ssh("sb1", f"id -nG {user}").stdout.split()
+    finally:
+        ssh("sb1", "userdel -r mallory; userdel -r trudy")

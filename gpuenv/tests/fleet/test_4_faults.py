@@ -1,0 +1,225 @@
+"""Faults injected on the shared fleet (issue 17, items 6 to 10), after the other modules:
+
+- the driver role refuses to change the driver under GPU processes (sb3);
+- a run SIGKILLed during the CUDA unpack, the cuDNN unpack and the environment's install leaves the
+  active toolkit, cuDNN and environment whole, and a rerun converges (sb1);
+- a mirror out of reach is tried again and then named, nothing is half-installed, and a slow link
+  and a link cut for seconds during a download still converge (sb2);
+- a disk too small is refused before anything is written, naming both figures, and a disk that
+  fills anyway leaves the active environment as it was and no partial build (sb4);
+- a host powered off mid-rollout stops the rollout, named unreachable, the batch after it untouched;
+  powered on, a second run finishes the job (all four).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+
+from gpuenv.sandbox import faults, fleet
+from gpuenv.tests.fleet.site import BASE_STACK, MIRROR, Site, link, put, recap, ssh, summary, wait_for
+
+# A stack sb1 has never had: a CUDA 11.8 tree to unpack, cuDNN 8.6 for it (redistrib_8.6.0.json,
+# a 700 MB tarball whose unpack takes seconds), and a new environment (one more package).
+STACK_K = {**BASE_STACK, "cuda": "11.8.0", "cudnn": "8.6.0", "packages": ["einops==0.8.1", "six==1.16.0"]}
+STACK_D = {**BASE_STACK, "cuda": "12.4.1", "packages": ["einops==0.8.1", "six==1.16.0"]}
+HEADER = "grep -h -E '^#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' /usr/local/cuda/include/cudnn_version.h"
+
+
+def active(host: str) -> dict[str, str]:
+    """What the host serves: the default toolkit's tree and its cuDNN, the loader's libcudnn, and
+    the environment, which must import torch."""
+    torch = ssh(host, "/opt/gpuenv/envs/default/bin/python -c 'import torch; print(torch.__version__)'")
+    assert torch.returncode == 0, torch.stderr[-2000:]
+    loader = ssh(host, "ldconfig -p | grep -E 'libcudnn\\.so\\.[0-9]+ '").stdout
+    return {
+        "cuda": ssh(host, "readlink -f /usr/local/cuda").stdout.strip(),
+        "cudnn": " ".join(ssh(host, HEADER).stdout.split()),
+        "loader": " ".join(sorted(set(re.findall(r"=> (\S+)", loader)))),
+        "env": link(host, "/opt/gpuenv/envs/default"),
+        "torch": torch.stdout.strip(),
+    }
+
+
+def kill_run(run: subprocess.Popen[str], host: str) -> None:
+    """SIGKILL the controller's ansible-playbook with all it started, and the module on the host."""
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait(timeout=60)
+    ssh(host, "pkill -9 -f AnsiballZ; pkill -9 -f 'gpuenv-test-block'; true")
+
+
+def test_the_driver_role_refuses_to_change_the_driver_under_gpu_processes(site: Site) -> None:
+    # Debian's archive has one 535 driver, so a change is staged: dpkg-query reports an older driver
+    # installed, and nvidia-smi a training job. The role must stop before apt, naming the job.
+    smi = (
+        "#!/bin/sh\n"
+        'case "$*" in *--query-compute-apps*) echo "4242, python3 train.py, 1024 MiB"; exit 0;; esac\n'
+        "exit 9\n"
+    )
+    dpkg = (
+        "#!/bin/sh\n"
+        'case "$*" in *Status-Abbrev*nvidia*) echo "ii 535.54.03-1"; exit 0;; esac\n'
+        'exec /usr/bin/dpkg-query "$@"\n'
+    )
+    put("sb3", "/usr/local/sbin/nvidia-smi", smi)
+    put("sb3", "/usr/local/sbin/dpkg-query", dpkg)
+    before = ssh("sb3", "dpkg-query -W -f '${Package} ${Version}\\n' 'nvidia*' 'libnvidia*' 'libcuda*'").stdout
+    try:
+        site.declare(STACK_D)
+        run = site.play("driver.yml", "--limit", "sb3")
+        assert run.returncode != 0
+        assert "sb3 runs GPU processes" in run.stdout, run.stdout[-3000:]
+        assert "4242, python3 train.py" in run.stdout
+        assert "from 535.54.03-1 to" in run.stdout
+        assert recap(run.stdout)["sb3"]["changed"] == 0
+    finally:
+        ssh("sb3", "rm -f /usr/local/sbin/nvidia-smi /usr/local/sbin/dpkg-query")
+    after = ssh("sb3", "dpkg-query -W -f '${Package} ${Version}\\n' 'nvidia*' 'libnvidia*' 'libcuda*'").stdout
+    assert after == before
+
+
+def test_a_run_killed_mid_change_leaves_the_active_stack_whole(site: Site) -> None:
+    before = active("sb1")
+    site.declare(STACK_K)
+    # 1. During the CUDA unpack: a tar that blocks when it writes into the toolkit's staging tree.
+    tar = (
+        "#!/bin/bash\n"
+        'case "$*" in *--directory=/opt/gpuenv/cuda/.staging-*) exec -a gpuenv-test-block sleep 600;; esac\n'
+        'exec /usr/bin/tar "$@"\n'
+    )
+    put("sb1", "/usr/local/sbin/tar", tar)
+    try:
+        run = site.start("site.yml", "--limit", "sb1")
+        assert wait_for("sb1", "pgrep -f gpuenv-test-block", 600), (site.root / "background.log").read_text()[-3000:]
+        kill_run(run, "sb1")
+    finally:
+        ssh("sb1", "rm -f /usr/local/sbin/tar")
+    assert active("sb1") == before
+    # 2. During the cuDNN unpack (the toolkit's tree is built by now, the default not yet moved).
+    run = site.start("site.yml", "--limit", "sb1")
+    assert wait_for("sb1", "ls -d /var/cache/gpuenv/downloads/cudnn/*.partial", 600), (
+        site.root / "background.log"
+    ).read_text()[-3000:]
+    kill_run(run, "sb1")
+    assert active("sb1") == before
+    # 3. During the environment's install.
+    run = site.start("site.yml", "--limit", "sb1")
+    assert wait_for("sb1", "pgrep -f 'envs/.store/default-.*/bin/python -m pip install'", 900), (
+        site.root / "background.log"
+    ).read_text()[-3000:]
+    kill_run(run, "sb1")
+    # The CUDA stage had finished (its default moved once the tree had its cuDNN): the new toolkit
+    # serves, whole, and the environment in use is still the old one, whole.
+    mid = active("sb1")
+    assert mid["cuda"].startswith("/opt/gpuenv/cuda/11.8.0-")
+    assert mid["cudnn"] == "#define CUDNN_MAJOR 8 #define CUDNN_MINOR 6 #define CUDNN_PATCHLEVEL 0"
+    assert mid["loader"] == "/usr/local/cuda/lib64/libcudnn.so.8"
+    assert (mid["env"], mid["torch"]) == (before["env"], before["torch"])
+    # A rerun converges on the new stack, and verify passes on it.
+    final = site.play("site.yml", "--limit", "sb1")
+    assert final.returncode == 0, final.stdout[-4000:]
+    now = active("sb1")
+    assert now["cuda"].startswith("/opt/gpuenv/cuda/11.8.0-")
+    assert now["cudnn"] == "#define CUDNN_MAJOR 8 #define CUDNN_MINOR 6 #define CUDNN_PATCHLEVEL 0"
+    assert now["env"] != before["env"]
+    assert ssh("sb1", "gpuenv-verify >/dev/null").returncode == 0
+    assert ssh("sb1", "ls -d /opt/gpuenv/cuda/.staging-* /var/cache/gpuenv/downloads/cudnn/*.partial").stdout == ""
+
+
+def test_a_mirror_out_of_reach_is_named_and_slow_or_cut_links_still_converge(site: Site) -> None:
+    retries = json.dumps(
+        {"cuda_toolkit_fetch": "host", "cudnn_fetch": "host", "cuda_toolkit_download_retries": 2,
+         "cuda_toolkit_download_delay": 2, "cudnn_download_retries": 2, "cudnn_download_delay": 2}
+    )  # fmt: skip
+    site.declare(STACK_K)
+    trees = "ls -A /opt/gpuenv/cuda /usr/local; ls -A /var/cache/gpuenv/downloads/cuda || true"
+    before = ssh("sb2", trees).stdout
+    faults.block("sb2", fleet.MIRROR_PORT)
+    try:
+        run = site.play("cuda.yml", "--limit", "sb2", "-e", retries)
+    finally:
+        faults.restore("sb2")
+    assert run.returncode != 0
+    assert "FAILED - RETRYING" in run.stdout  # tried again before giving up
+    assert f"{MIRROR}/compute/cuda/redist/redistrib_11.8.0.json" in run.stdout, run.stdout[-3000:]
+    assert "check cuda_toolkit_redist_url" in run.stdout
+    assert ssh("sb2", trees).stdout == before  # nothing fetched, nothing half-built
+    # A slow link: the same downloads, slower, and the run converges.
+    faults.slow("sb2", "200mbit")
+    try:
+        slow = site.play("cuda.yml", "--limit", "sb2", "-e", retries)
+    finally:
+        faults.restore("sb2")
+    assert slow.returncode == 0, slow.stdout[-4000:]
+    assert link("sb2", "/usr/local/cuda") == "/usr/local/cuda-11.8"
+    # The link cut for seconds while pip downloads the environment's packages: pip tries again.
+    run = site.start("env.yml", "--limit", "sb2")
+    assert wait_for("sb2", "pgrep -f 'envs/.store/default-.*/bin/python -m pip install'", 900)
+    faults.cut("sb2")
+    try:
+        # Longer than pip's 15 s socket timeout, shorter than SSH's minute of keep-alives.
+        subprocess.run(["sleep", "20"], check=True)  # noqa: S607
+    finally:
+        faults.restore("sb2")
+    assert run.wait(timeout=1800) == 0, (site.root / "background.log").read_text()[-4000:]
+    assert ssh("sb2", "/opt/gpuenv/envs/default/bin/python -c 'import einops, six, torch'").returncode == 0
+
+
+def test_a_disk_too_small_is_refused_first_and_one_that_fills_leaves_nothing_half_built(site: Site) -> None:
+    site.declare(STACK_K)
+    before = active("sb4")
+    faults.disk("sb4", "/srv/small", 96)
+    try:
+        small = json.dumps({"pytorch_env_root": "/srv/small/envs", "cuda_toolkit_root": "/srv/small/cuda"})
+        run = site.play("site.yml", "--limit", "sb4", "-e", small)
+        assert run.returncode != 0
+        # The toolkit's tree is the first build of the run: refused before anything was fetched.
+        said = re.search(r"the CUDA 11\.8\.0 toolkit tree\(s\) needs about (\d+) MiB at /srv/small/cuda, "
+                         r"and its filesystem has (\d+) MiB free", run.stdout)  # fmt: skip
+        assert said, run.stdout[-3000:]
+        assert int(said.group(1)) > int(said.group(2))
+        assert "set cuda_toolkit_root (and cuda_toolkit_download_dir) to a bigger disk" in run.stdout
+        assert ssh("sb4", "ls -A /srv/small").stdout.split() == ["lost+found"]
+        # The environment alone, its estimate set below what it takes: the disk fills during pip.
+        fill = json.dumps({"pytorch_env_root": "/srv/small/envs", "pytorch_env_space_mb": 10})
+        run = site.play("env.yml", "--limit", "sb4", "-e", fill)
+        assert run.returncode != 0
+        assert "No space left on device" in run.stdout, run.stdout[-3000:]
+        assert re.search(r"The unfinished build /srv/small/envs/\.store/default-[0-9a-f]+ was removed", run.stdout)
+        assert ssh("sb4", "ls -A /srv/small/envs/.store /srv/small/envs/.tmp").stdout.split() == [
+            "/srv/small/envs/.store:",
+            "/srv/small/envs/.tmp:",
+        ]
+        assert active("sb4") == before  # the environment in use is the one in /opt/gpuenv/envs
+    finally:
+        faults.restore("sb4")
+
+
+def test_a_host_powered_off_mid_rollout_stops_it_and_a_second_run_finishes(site: Site) -> None:
+    site.declare(STACK_D)
+    untouched = (link("sb4", "/usr/local/cuda"), link("sb4", "/opt/gpuenv/envs/default"))
+    run = site.start("upgrade.yml")  # a canary (sb1), then sb2 and sb3, then sb4
+    # sb3 builds the new environment in its batch: power it off then.
+    assert wait_for("sb3", "pgrep -f 'envs/.store/default-.*/bin/python -m pip install'", 1200), (
+        site.root / "background.log"
+    ).read_text()[-3000:]
+    faults.stop("sb3")
+    try:
+        assert run.wait(timeout=1800) != 0
+        got = summary(site)
+        assert got["hosts"]["sb3"]["state"] == "unreachable", got
+        assert got["hosts"]["sb4"]["state"] == "waiting", got
+        assert "sb4" in (got["stopped"] or "")
+        assert (link("sb4", "/usr/local/cuda"), link("sb4", "/opt/gpuenv/envs/default")) == untouched
+    finally:
+        faults.start("sb3")
+    again = site.play("upgrade.yml")
+    assert again.returncode == 0, again.stdout[-4000:]
+    states = {h: v["state"] for h, v in summary(site)["hosts"].items()}
+    assert states["sb3"] == states["sb4"] == "upgraded", states
+    for host in ("sb1", "sb2", "sb3", "sb4"):
+        assert link(host, "/usr/local/cuda") == "/usr/local/cuda-12.4"
+        assert ssh(host, "/opt/gpuenv/envs/default/bin/python -c 'import six'").returncode == 0
