@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuenv.verify import exit_code_of
+from gpuenv.verify.model import exit_code
 
 HINT = "run playbooks/site.yml to put the declared stack back, or declare what the host has"
 
@@ -210,7 +210,7 @@ def merge_report(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[s
     replaced = {c.get("id") for c in checks}
     merged["checks"] = [c for c in report.get("checks", []) if c.get("id") not in replaced] + checks
     merged["counts"] = {s: sum(c["status"] == s for c in merged["checks"]) for s in ("pass", "fail", "warn", "skip")}
-    merged["exit_code"] = exit_code_of((str(c.get("id")), str(c.get("status"))) for c in merged["checks"])
+    merged["exit_code"] = exit_code(merged["checks"])
     return merged
 
 

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from gpuenv import drift, verify
+    from gpuenv import drift
+    from gpuenv.verify import model
 except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import drift, verify
+    from gpuenv import drift
+    from gpuenv.verify import model
 
 
 def gpuenv_drift(
@@ -44,7 +46,7 @@ def gpuenv_verify_failed_report(  # noqa: PLR0917 - a Jinja filter takes its arg
 ) -> dict[str, Any]:
     """The verify report of a host verify could not check (a failing verify.run check carrying
     the error): the same model gpuenv verify writes, for the playbooks' stand-ins."""
-    return verify.failed_report(
+    return model.failed_report(
         str(host), str(summary), str(error or ""), str(hint), dict(expect or {}), str(run) if run else None
     )
 
