@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gpuenv import drift
+from gpuenv.verify import model
 
 DATA = Path(__file__).parent / "data" / "drift-host"
 
@@ -112,7 +113,7 @@ def test_the_real_lock_and_freeze_parse() -> None:
 
 def test_a_merged_report_counts_and_fails_with_its_drift() -> None:
     report = {"schema_version": 1, "host": "sb1", "exit_code": 0, "counts": {}, "checks": []}
-    merged = drift.merge_report(report, list(_compare(cuda_link="/usr/local/cuda-11.8").values()))
+    merged = model.merge(report, list(_compare(cuda_link="/usr/local/cuda-11.8").values()))
     assert merged["exit_code"] == 1
     assert merged["counts"] == {"pass": 7, "fail": 1, "warn": 0, "skip": 0}
 
@@ -121,7 +122,7 @@ def test_a_host_verify_could_not_run_on_stays_failed_after_the_merge() -> None:
     # playbooks/drift.yml's stand-in report when gpuenv-verify is missing on the host.
     could_not_run = {"id": "drift.verify", "status": "fail", "summary": "gpuenv verify could not run on the host"}
     report = {"schema_version": 1, "host": "sb1", "checks": [could_not_run]}
-    merged = drift.merge_report(report, list(_compare().values()))
+    merged = model.merge(report, list(_compare().values()))
     assert could_not_run in merged["checks"]
     assert merged["exit_code"] == 1
 
