@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuenv import fleetreport
-from gpuenv.verify import model
+from gpuenv.verify import model, plan
 
 
 def _write(directory: Path, host: str, checks: list[model.Check]) -> None:
@@ -128,3 +128,14 @@ def test_a_report_with_an_unreadable_time_is_stale_not_a_crash(tmp_path: Path) -
     (tmp_path / "sb1.json").write_text(json.dumps(report))
     md = fleetreport.markdown(fleetreport.load(tmp_path, fleetreport.parse_since("2026-12-01T11:00:00+00:00")))
     assert "| sb1 **STALE (report from yesterday, not from this run)**" in md
+
+
+def test_every_check_verify_declares_has_a_column_and_every_version_column_a_check(tmp_path: Path) -> None:
+    """The columns come from the check ids: a check verify declares under a new prefix gets one
+    without an edit here, in verify's order; a version column names a check verify has."""
+    declared = [spec.id for spec in plan.CHECKS]
+    _write(tmp_path, "sb1", [model.Check(check_id, "pass", "ok") for check_id in declared])
+    header = fleetreport.markdown(fleetreport.load(tmp_path)).splitlines()[0].split(" | ")
+    columns = header[1 : -len(fleetreport._VERSIONS)]
+    assert columns == [fleetreport._column(g) for g in dict.fromkeys(i.split(".")[0] for i in declared)]
+    assert {check_id for _label, check_id, _key in fleetreport._VERSIONS} <= set(declared)

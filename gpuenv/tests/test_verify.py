@@ -204,6 +204,22 @@ def test_the_json_report_matches_its_versioned_schema() -> None:
         jsonschema.validate(report, schema)
 
 
+def test_check_ids_may_hold_digits_and_every_declared_id_fits_the_schema() -> None:
+    """The schema's id pattern once allowed letters and underscores only ("nvlink.gpu0" could not be
+    reported); a check id is a lower-case prefix, a dot, and a name, digits allowed after the first
+    character."""
+    import jsonschema  # noqa: PLC0415 - a controller-side test dependency
+
+    schema = json.loads((Path(gpuenv.__file__).parent / "data/verify.schema.json").read_text())
+    ids = [spec.id for spec in plan.CHECKS] + ["verify.run", "drift.cudnn", "nvlink.gpu0_link1", "sm90.fp8", "a.2"]
+    report = model.to_report([Check(i, "pass", "ok") for i in ids], "sb1")
+    jsonschema.validate(json.loads(json.dumps(report)), schema)
+    for bad in ("GPU.matmul", "gpu", "9gpu.matmul", "gpu.mat-mul", "gpu.matmul.extra"):
+        report["checks"][0]["id"] = bad
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(report, schema)
+
+
 def test_the_kernel_module_of_a_real_mismatch(tmp_path: Path) -> None:
     ctx = _proc(tmp_path, "proc-driver-nvidia-version-mismatch-580.173.02.txt")
     assert driver.kernel(ctx).observed == "580.173.02"
