@@ -10,9 +10,9 @@ Tested in gpuenv/tests/test_drift.py.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from gpuenv import hostparse
 from gpuenv.verify.model import Check
 
 HINT = "run playbooks/site.yml to put the declared stack back, or declare what the host has"
@@ -24,38 +24,6 @@ def _check(check_id: str, ok: bool, summary: str, observed: Any, expected: Any, 
 
 def _xy(version: str) -> str:
     return ".".join(str(version).split(".")[:2])
-
-
-def parse_lock(text: str) -> dict[str, str]:
-    """name -> version from a lock of "name==version --hash=..." lines (names normalised)."""
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", line)
-        if m:
-            out[normalise(m.group(1))] = m.group(2)
-    return out
-
-
-def parse_freeze(text: str) -> dict[str, str]:
-    """name -> version from `pip freeze --all` (editable or URL installs are kept by name)."""
-    out = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "==" in line:
-            name, version = line.split("==", 1)
-        elif " @ " in line:
-            name, version = line.split(" @ ", 1)
-        else:
-            continue
-        out[normalise(name)] = version.strip()
-    return out
-
-
-def normalise(name: str) -> str:
-    """PEP 503's normalised project name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 # pip, setuptools and wheel come with the venv and are not in the lock.
@@ -165,7 +133,7 @@ def compare(
         )
     )
     if lock is not None and freeze is not None:
-        locked, frozen = parse_lock(lock), parse_freeze(freeze)
+        locked, frozen = hostparse.parse_lock(lock), hostparse.parse_freeze(freeze)
         extra = sorted(f"{n}=={v}" for n, v in frozen.items() if n not in locked and n not in _TOOLING)
         missing = sorted(f"{n}=={v}" for n, v in locked.items() if n not in frozen)
         changed = sorted(f"{n}: {locked[n]} -> {v}" for n, v in frozen.items() if n in locked and locked[n] != v)

@@ -1,9 +1,9 @@
 """Parsers of what a host prints or holds, with the standard library alone.
 
-One parser per output: the controller's filters (gpuenv.redist, gpuenv.driver), gpuenv's own
-Ansible modules on the hosts (through plugins/module_utils/gpuenv_hostparse.py, a link to this
-file), gpuenv verify (which carries this file to the hosts in its zipapp) and the tests all read
-these outputs here, so that a format change is mended in one place. Nothing here may import
+One parser per output: the controller's code (gpuenv.redist, gpuenv.drift, the driver's filters),
+gpuenv's own Ansible modules on the hosts (through plugins/module_utils/gpuenv_hostparse.py, a link
+to this file), gpuenv verify (which carries this file to the hosts in its zipapp) and the tests all
+read these outputs here, so that a format change is mended in one place. Nothing here may import
 anything outside the standard library, nor anything of gpuenv's (Ansible ships this file alone),
 and the syntax stays Python 3.8's: verify runs it with the environment's own Python.
 """
@@ -93,3 +93,35 @@ def secure_boot_on(efivar: bytes) -> bool:
     """Whether the SecureBoot-<guid> EFI variable (read from efivarfs) says Secure Boot is on: four
     bytes of attributes, then the value, 1 for on (UEFI specification, "Globally Defined Variables")."""
     return len(efivar) >= 5 and efivar[4] == 1
+
+
+def parse_lock(text: str) -> dict[str, str]:
+    """name -> version from a lock of "name==version --hash=..." lines (names normalised)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", line)
+        if m:
+            out[normalise(m.group(1))] = m.group(2)
+    return out
+
+
+def parse_freeze(text: str) -> dict[str, str]:
+    """name -> version from `pip freeze --all` (editable or URL installs are kept by name)."""
+    out = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "==" in line:
+            name, version = line.split("==", 1)
+        elif " @ " in line:
+            name, version = line.split(" @ ", 1)
+        else:
+            continue
+        out[normalise(name)] = version.strip()
+    return out
+
+
+def normalise(name: str) -> str:
+    """PEP 503's normalised project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuenv import drift
+from gpuenv import drift, hostparse
 from gpuenv.verify import model
 
 DATA = Path(__file__).parent / "data" / "drift-host"
@@ -70,7 +70,7 @@ def test_packages_added_changed_or_removed_by_hand() -> None:
     assert found["observed"]["added"] == ["six==1.16.0"]
     assert found["observed"]["changed"] == [f"torch: {torch_line.split('==')[1]} -> 2.4.0"]
     assert found["observed"]["missing"] == [
-        drift.normalise(first_locked.split("==")[0]) + "==" + first_locked.split("==")[1]
+        hostparse.normalise(first_locked.split("==")[0]) + "==" + first_locked.split("==")[1]
     ]
     assert "gpu_stack.packages" in found["hint"]
 
@@ -103,8 +103,8 @@ def test_a_host_gpuenv_never_provisioned() -> None:
 
 
 def test_the_real_lock_and_freeze_parse() -> None:
-    lock = drift.parse_lock((DATA / "lock.txt").read_text())
-    frozen = drift.parse_freeze((DATA / "pip-freeze.txt").read_text())
+    lock = hostparse.parse_lock((DATA / "lock.txt").read_text())
+    frozen = hostparse.parse_freeze((DATA / "pip-freeze.txt").read_text())
     assert lock["torch"] == frozen["torch"]
     assert set(lock) <= set(frozen)
     assert "pip" in frozen
