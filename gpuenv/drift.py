@@ -3,66 +3,27 @@
 The inputs are what the host says of itself, read without changing anything: the local facts the
 roles recorded (/etc/ansible/facts.d), where /usr/local/cuda and the environment's stable path
 really point, and `pip freeze` of the environment against its lock. The output is checks in
-gpuenv verify's report format (ids `drift.*`), so the fleet report shows them beside verify's.
+gpuenv verify's report model (gpuenv.verify.model; ids `drift.*`), merged into the host's verify
+report (model.merge), so the fleet report shows them beside verify's.
 Tested in gpuenv/tests/test_drift.py.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from gpuenv.verify import exit_code_of
+from gpuenv import hostparse
+from gpuenv.verify.model import Check
 
 HINT = "run playbooks/site.yml to put the declared stack back, or declare what the host has"
 
 
-def _check(check_id: str, ok: bool, summary: str, observed: Any, expected: Any, *, hint: str = HINT) -> dict[str, Any]:
-    return {
-        "id": check_id,
-        "status": "pass" if ok else "fail",
-        "summary": summary,
-        "observed": observed,
-        "expected": expected,
-        "hint": None if ok else hint,
-        "seconds": 0.0,
-    }
+def _check(check_id: str, ok: bool, summary: str, observed: Any, expected: Any, *, hint: str = HINT) -> Check:
+    return Check.judged(check_id, ok, summary, observed, expected, hint)
 
 
 def _xy(version: str) -> str:
     return ".".join(str(version).split(".")[:2])
-
-
-def parse_lock(text: str) -> dict[str, str]:
-    """name -> version from a lock of "name==version --hash=..." lines (names normalised)."""
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", line)
-        if m:
-            out[normalise(m.group(1))] = m.group(2)
-    return out
-
-
-def parse_freeze(text: str) -> dict[str, str]:
-    """name -> version from `pip freeze --all` (editable or URL installs are kept by name)."""
-    out = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "==" in line:
-            name, version = line.split("==", 1)
-        elif " @ " in line:
-            name, version = line.split(" @ ", 1)
-        else:
-            continue
-        out[normalise(name)] = version.strip()
-    return out
-
-
-def normalise(name: str) -> str:
-    """PEP 503's normalised project name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 # pip, setuptools and wheel come with the venv and are not in the lock.
@@ -78,8 +39,9 @@ def compare(
     lock: str | None,
     freeze: str | None,
 ) -> list[dict[str, Any]]:
-    """The drift checks of one host: its records and what is live, against the declared stack."""
-    checks: list[dict[str, Any]] = []
+    """The drift checks of one host (as the report's dicts): its records and what is live, against
+    the declared stack."""
+    checks: list[Check] = []
     record = facts.get("gpuenv") or {}
     recorded = (record.get("resolved") or {}) if isinstance(record, dict) else {}
     keys = ("driver", "cuda", "cudnn", "python", "torch", "torch_variant")
@@ -171,7 +133,7 @@ def compare(
         )
     )
     if lock is not None and freeze is not None:
-        locked, frozen = parse_lock(lock), parse_freeze(freeze)
+        locked, frozen = hostparse.parse_lock(lock), hostparse.parse_freeze(freeze)
         extra = sorted(f"{n}=={v}" for n, v in frozen.items() if n not in locked and n not in _TOOLING)
         missing = sorted(f"{n}=={v}" for n, v in locked.items() if n not in frozen)
         changed = sorted(f"{n}: {locked[n]} -> {v}" for n, v in frozen.items() if n in locked and locked[n] != v)
@@ -198,20 +160,7 @@ def compare(
                 "to rebuild it from its lock, or declare them in gpu_stack.packages",
             )
         )
-    return checks
-
-
-def merge_report(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
-    """A gpuenv verify report (schema 1) with the drift checks added: counts and the exit code
-    follow (1 when any check fails), so the fleet report marks a drifted host."""
-    merged = dict(report)
-    # A drift check replaces the report's check of the same id; any other stays (the playbook's
-    # stand-in report for a host verify could not run on is a drift.verify failure of its own).
-    replaced = {c.get("id") for c in checks}
-    merged["checks"] = [c for c in report.get("checks", []) if c.get("id") not in replaced] + checks
-    merged["counts"] = {s: sum(c["status"] == s for c in merged["checks"]) for s in ("pass", "fail", "warn", "skip")}
-    merged["exit_code"] = exit_code_of((str(c.get("id")), str(c.get("status"))) for c in merged["checks"])
-    return merged
+    return [c.as_dict() for c in checks]
 
 
 def stack_summary(resolved: dict[str, Any]) -> dict[str, str]:

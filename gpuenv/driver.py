@@ -1,9 +1,8 @@
-"""Pure helpers for the nvidia_driver role: pick the pinned driver from what apt offers, and read
-which driver is loaded. Parsers are tested on saved command output (gpuenv/tests/data/)."""
+"""Pure helpers for the nvidia_driver role: pick the pinned driver from what apt offers, and decide
+what a loaded driver means (which driver is loaded is read by gpuenv.hostparse.parse_proc_version,
+the parser verify uses too). Parsers are tested on saved command output (gpuenv/tests/data/)."""
 
 from __future__ import annotations
-
-import re
 
 from gpuenv import versions
 
@@ -72,18 +71,6 @@ def pick(available: list[str], pin: str) -> str | None:
     else:
         matching = [v for v in available if upstream(v).split(".")[0] == pin]
     return max(matching, key=_debian_key) if matching else None
-
-
-_PROC_VERSION = re.compile(r"NVRM version: NVIDIA UNIX (?P<kind>.*?)\s+(?P<version>\d+\.\d+(?:\.\d+)?)\s")
-
-
-def parse_proc_version(text: str) -> dict[str, str] | None:
-    """/proc/driver/nvidia/version -> {"version": "550.163.01", "flavor": "open"|"proprietary"}."""
-    match = _PROC_VERSION.search(text)
-    if not match:
-        return None
-    flavor = "open" if "Open Kernel Module" in match.group("kind") else "proprietary"
-    return {"version": match.group("version"), "flavor": flavor}
 
 
 def reboot_needed(loaded: str | None, installed: str | None, gpu_present: bool) -> bool:

@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-GROUPS = ["driver", "torch", "gpu", "cudnn", "cuda_tree", "host", "dist", "drift"]
+from gpuenv.verify import plan
+
+# The columns, in the order verify declares its checks (gpuenv.verify.plan), then drift's; a
+# prefix no declared check has (a newer verify on a host, the stand-ins' verify.run) gets a column
+# of its own after these (_groups).
+GROUPS = [*dict.fromkeys(spec.id.split(".")[0] for spec in plan.CHECKS), "drift"]
 _GROUP_LABEL = {
     "driver": "driver",
     "torch": "torch",

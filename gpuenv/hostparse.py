@@ -1,9 +1,11 @@
 """Parsers of what a host prints or holds, with the standard library alone.
 
-One parser per output: the controller's filters (gpuenv.redist), gpuenv's own Ansible modules on
-the hosts (through plugins/module_utils/gpuenv_hostparse.py, a link to this file) and the tests all
+One parser per output: the controller's code (gpuenv.redist, gpuenv.drift, the driver's filters),
+gpuenv's own Ansible modules on the hosts (through plugins/module_utils/gpuenv_hostparse.py, a link
+to this file), gpuenv verify (which carries this file to the hosts in its zipapp) and the tests all
 read these outputs here, so that a format change is mended in one place. Nothing here may import
-anything outside the standard library: Ansible ships this file to hosts that have only Python.
+anything outside the standard library, nor anything of gpuenv's (Ansible ships this file alone),
+and the syntax stays Python 3.8's: verify runs it with the environment's own Python.
 """
 
 from __future__ import annotations
@@ -39,3 +41,87 @@ def parse_ldconfig(text: str) -> dict[str, list[str]]:
         if sep:
             found.setdefault(name.split(" (", 1)[0], []).append(path.strip())
     return found
+
+
+_PROC_VERSION = re.compile(r"NVRM version: NVIDIA UNIX (?P<kind>.*?)\s+(?P<version>\d+\.\d+(?:\.\d+)?)\s")
+
+
+def parse_proc_version(text: str) -> dict[str, str] | None:
+    """/proc/driver/nvidia/version -> {"version": "550.163.01", "flavor": "open"|"proprietary"}."""
+    match = _PROC_VERSION.search(text)
+    if not match:
+        return None
+    flavor = "open" if "Open Kernel Module" in match.group("kind") else "proprietary"
+    return {"version": match.group("version"), "flavor": flavor}
+
+
+_SMI_VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
+
+
+def parse_smi_driver(returncode: int, output: str) -> tuple[str | None, bool]:
+    """(driver version, mismatch) from `nvidia-smi --query-gpu=driver_version --format=csv,noheader`:
+    one version per GPU when it works; "Driver/library version mismatch" when the loaded module and
+    the libraries differ; anything else (no driver, no GPU) observes no version."""
+    if "mismatch" in output.lower():
+        return None, True
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if returncode == 0 and lines and _SMI_VERSION.fullmatch(lines[0]):
+        return lines[0], False
+    return None, False
+
+
+_LIBCUDNN = re.compile(r"/libcudnn[^/]*\.so")
+
+
+def libcudnn_paths(maps: str) -> list[str]:
+    """The libcudnn files a process mapped, in the order first mapped, from /proc/<pid>/maps."""
+    seen: list[str] = []
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        path = fields[-1] if len(fields) == 6 else ""
+        if _LIBCUDNN.search(path) and path not in seen:
+            seen.append(path)
+    return seen
+
+
+def loaded_modules(text: str) -> list[str]:
+    """The kernel modules /proc/modules lists (the first field of each line), as lsmod reads them."""
+    return [line.split()[0] for line in text.splitlines() if line.strip()]
+
+
+def secure_boot_on(efivar: bytes) -> bool:
+    """Whether the SecureBoot-<guid> EFI variable (read from efivarfs) says Secure Boot is on: four
+    bytes of attributes, then the value, 1 for on (UEFI specification, "Globally Defined Variables")."""
+    return len(efivar) >= 5 and efivar[4] == 1
+
+
+def parse_lock(text: str) -> dict[str, str]:
+    """name -> version from a lock of "name==version --hash=..." lines (names normalised)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", line)
+        if m:
+            out[normalise(m.group(1))] = m.group(2)
+    return out
+
+
+def parse_freeze(text: str) -> dict[str, str]:
+    """name -> version from `pip freeze --all` (editable or URL installs are kept by name)."""
+    out = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "==" in line:
+            name, version = line.split("==", 1)
+        elif " @ " in line:
+            name, version = line.split(" @ ", 1)
+        else:
+            continue
+        out[normalise(name)] = version.strip()
+    return out
+
+
+def normalise(name: str) -> str:
+    """PEP 503's normalised project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv import versions
+from gpuenv import archcompat, versions
 from gpuenv.compat import CompatData, TorchRelease, TorchVariant, load
 from gpuenv.stack import Stack
 
@@ -729,13 +729,9 @@ def gpu_cc(label: str, data: CompatData) -> str | None:
 
 
 def covers(variant: TorchVariant, cc: str) -> bool:
-    """NVIDIA's binary-compatibility rule: SASS sm_M.k runs on M.m for k <= m; PTX A.B JITs on >= A.B."""
-    dev = versions.parse(cc)
-    for sass in variant.sass:
-        built = versions.parse(sass)
-        if built[0] == dev[0] and built <= dev:
-            return True
-    return any(versions.parse(ptx) <= dev for ptx in variant.ptx)
+    """Whether the variant's kernels run on compute capability `cc`, under NVIDIA's
+    binary-compatibility rule (gpuenv.archcompat, the rule verify applies on the hosts too)."""
+    return archcompat.runs_on(cc, variant.arch_list())[0]
 
 
 def check(

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from gpuenv import drift
+from gpuenv import drift, hostparse
+from gpuenv.verify import model
 
 DATA = Path(__file__).parent / "data" / "drift-host"
 
@@ -69,7 +70,7 @@ def test_packages_added_changed_or_removed_by_hand() -> None:
     assert found["observed"]["added"] == ["six==1.16.0"]
     assert found["observed"]["changed"] == [f"torch: {torch_line.split('==')[1]} -> 2.4.0"]
     assert found["observed"]["missing"] == [
-        drift.normalise(first_locked.split("==")[0]) + "==" + first_locked.split("==")[1]
+        hostparse.normalise(first_locked.split("==")[0]) + "==" + first_locked.split("==")[1]
     ]
     assert "gpu_stack.packages" in found["hint"]
 
@@ -102,8 +103,8 @@ def test_a_host_gpuenv_never_provisioned() -> None:
 
 
 def test_the_real_lock_and_freeze_parse() -> None:
-    lock = drift.parse_lock((DATA / "lock.txt").read_text())
-    frozen = drift.parse_freeze((DATA / "pip-freeze.txt").read_text())
+    lock = hostparse.parse_lock((DATA / "lock.txt").read_text())
+    frozen = hostparse.parse_freeze((DATA / "pip-freeze.txt").read_text())
     assert lock["torch"] == frozen["torch"]
     assert set(lock) <= set(frozen)
     assert "pip" in frozen
@@ -112,7 +113,7 @@ def test_the_real_lock_and_freeze_parse() -> None:
 
 def test_a_merged_report_counts_and_fails_with_its_drift() -> None:
     report = {"schema_version": 1, "host": "sb1", "exit_code": 0, "counts": {}, "checks": []}
-    merged = drift.merge_report(report, list(_compare(cuda_link="/usr/local/cuda-11.8").values()))
+    merged = model.merge(report, list(_compare(cuda_link="/usr/local/cuda-11.8").values()))
     assert merged["exit_code"] == 1
     assert merged["counts"] == {"pass": 7, "fail": 1, "warn": 0, "skip": 0}
 
@@ -121,7 +122,7 @@ def test_a_host_verify_could_not_run_on_stays_failed_after_the_merge() -> None:
     # playbooks/drift.yml's stand-in report when gpuenv-verify is missing on the host.
     could_not_run = {"id": "drift.verify", "status": "fail", "summary": "gpuenv verify could not run on the host"}
     report = {"schema_version": 1, "host": "sb1", "checks": [could_not_run]}
-    merged = drift.merge_report(report, list(_compare().values()))
+    merged = model.merge(report, list(_compare().values()))
     assert could_not_run in merged["checks"]
     assert merged["exit_code"] == 1
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv import driver
+from gpuenv import driver, hostparse
 
 DATA = Path(__file__).parent / "data"
 
@@ -41,21 +41,21 @@ def test_pick_on_trixie() -> None:
 
 
 def test_proc_version_open_module() -> None:
-    assert driver.parse_proc_version(_read("proc-driver-nvidia-version-open-580.txt")) == {
+    assert hostparse.parse_proc_version(_read("proc-driver-nvidia-version-open-580.txt")) == {
         "version": "580.95.05",
         "flavor": "open",
     }
 
 
 def test_proc_version_proprietary_module() -> None:
-    assert driver.parse_proc_version(_read("proc-driver-nvidia-version-proprietary-515.txt")) == {
+    assert hostparse.parse_proc_version(_read("proc-driver-nvidia-version-proprietary-515.txt")) == {
         "version": "515.76",
         "flavor": "proprietary",
     }
 
 
 def test_proc_version_unreadable() -> None:
-    assert driver.parse_proc_version("") is None
+    assert hostparse.parse_proc_version("") is None
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv import fleetreport, verify
+from gpuenv import fleetreport
+from gpuenv.verify import model, plan
 
 
-def _write(directory: Path, host: str, checks: list[verify.Check]) -> None:
-    (directory / f"{host}.json").write_text(json.dumps(verify.to_json(checks, host), default=str))
+def _write(directory: Path, host: str, checks: list[model.Check]) -> None:
+    (directory / f"{host}.json").write_text(json.dumps(model.to_report(checks, host), default=str))
 
 
 def test_rows_groups_versions_drift_and_hints(tmp_path: Path) -> None:
@@ -22,18 +23,18 @@ def test_rows_groups_versions_drift_and_hints(tmp_path: Path) -> None:
         tmp_path,
         "sb1",
         [
-            verify.Check("torch.build", "pass", "ok", {"torch": "2.5.1+cu124", "cuda": "12.4"}, {"torch": "2.5.1"}),
-            verify.Check("cudnn.version", "pass", "ok", 90100, 90100),
-            verify.Check("driver.kernel", "skip", "skipped, no GPU", "no module"),
+            model.Check("torch.build", "pass", "ok", {"torch": "2.5.1+cu124", "cuda": "12.4"}, {"torch": "2.5.1"}),
+            model.Check("cudnn.version", "pass", "ok", 90100, 90100),
+            model.Check("driver.kernel", "skip", "skipped, no GPU", "no module"),
         ],
     )
     _write(
         tmp_path,
         "sb2",
         [
-            verify.Check("torch.build", "pass", "ok", {"torch": "2.5.1+cu124", "cuda": "12.4"}, {"torch": "2.5.1"}),
-            verify.Check("cudnn.version", "fail", "cuDNN 90800, not 9.1.0.70", 90800, 90100, hint=hint),
-            verify.Check("cudnn.loaded_library", "warn", "a system cuDNN is loaded", ["/usr/local/cuda/lib64/x"]),
+            model.Check("torch.build", "pass", "ok", {"torch": "2.5.1+cu124", "cuda": "12.4"}, {"torch": "2.5.1"}),
+            model.Check("cudnn.version", "fail", "cuDNN 90800, not 9.1.0.70", 90800, 90100, hint=hint),
+            model.Check("cudnn.loaded_library", "warn", "a system cuDNN is loaded", ["/usr/local/cuda/lib64/x"]),
         ],
     )
     hosts = fleetreport.load(tmp_path)
@@ -64,8 +65,8 @@ def test_the_html_report_renders_in_chromium(tmp_path: Path, repo: Path) -> None
     it is kept in reports/screenshots/ for people to look at."""
     chromium = shutil.which("chromium")
     assert chromium, "chromium is missing: ./scripts/setup installs it"
-    _write(tmp_path, "sb1", [verify.Check("torch.build", "pass", "ok", {"torch": "2.5.1"}, {"torch": "2.5.1"})])
-    _write(tmp_path, "sb2", [verify.Check("cudnn.version", "fail", "cuDNN 90800, not 9.1.0.70", 90800, 90100, "x")])
+    _write(tmp_path, "sb1", [model.Check("torch.build", "pass", "ok", {"torch": "2.5.1"}, {"torch": "2.5.1"})])
+    _write(tmp_path, "sb2", [model.Check("cudnn.version", "fail", "cuDNN 90800, not 9.1.0.70", 90800, 90100, "x")])
     page = tmp_path / "fleet.html"
     page.write_text(fleetreport.html_page(fleetreport.load(tmp_path)))
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,600"]
@@ -86,10 +87,10 @@ def test_the_html_report_renders_in_chromium(tmp_path: Path, repo: Path) -> None
 
 
 def test_a_host_verify_could_not_check_and_a_stale_report_are_marked(tmp_path: Path) -> None:
-    ok = [verify.Check("torch.build", "pass", "ok", {"torch": "2.5.1"}, {"torch": "2.5.1"})]
-    report = verify.to_json(ok, "sb1", generated="2026-12-01T10:00:00+00:00")
+    ok = [model.Check("torch.build", "pass", "ok", {"torch": "2.5.1"}, {"torch": "2.5.1"})]
+    report = model.to_report(ok, "sb1", generated="2026-12-01T10:00:00+00:00")
     (tmp_path / "sb1.json").write_text(json.dumps(report))
-    broken = verify.failed_report("sb2", "cannot import torch with /opt/x/bin/python", "No module named 'torch'", "h")
+    broken = model.failed_report("sb2", "cannot import torch with /opt/x/bin/python", "No module named 'torch'", "h")
     (tmp_path / "sb2.json").write_text(json.dumps(broken, default=str))
     since = fleetreport.parse_since("2026-12-01T11:00:00+00:00")
     md = fleetreport.markdown(fleetreport.load(tmp_path, since))
@@ -105,7 +106,7 @@ def test_a_host_verify_could_not_check_and_a_stale_report_are_marked(tmp_path: P
     (tmp_path / "sb1.json").write_text(json.dumps(report))
     assert "STALE (report from an older gpuenv" in fleetreport.markdown(fleetreport.load(tmp_path, since))
     # The playbooks mark by run id (no clocks to compare): a report of another run is stale.
-    mine = verify.to_json(ok, "sb1", run="20261201T230000-1")
+    mine = model.to_report(ok, "sb1", run="20261201T230000-1")
     (tmp_path / "sb1.json").write_text(json.dumps(mine))
     by_run = fleetreport.markdown(fleetreport.load(tmp_path, run="20261201T230000-1"))
     assert "| sb1 |" in by_run
@@ -115,7 +116,7 @@ def test_a_host_verify_could_not_check_and_a_stale_report_are_marked(tmp_path: P
 
 
 def test_a_check_id_with_a_new_prefix_gets_its_own_column(tmp_path: Path) -> None:
-    _write(tmp_path, "sb1", [verify.Check("services.persistenced", "fail", "not running", hint="start it")])
+    _write(tmp_path, "sb1", [model.Check("services.persistenced", "fail", "not running", hint="start it")])
     md = fleetreport.markdown(fleetreport.load(tmp_path))
     header = md.splitlines()[0]
     assert header.split(" | ")[-len(fleetreport._VERSIONS) - 1] == "services"
@@ -123,7 +124,18 @@ def test_a_check_id_with_a_new_prefix_gets_its_own_column(tmp_path: Path) -> Non
 
 
 def test_a_report_with_an_unreadable_time_is_stale_not_a_crash(tmp_path: Path) -> None:
-    report = verify.to_json([verify.Check("torch.build", "pass", "ok")], "sb1", generated="yesterday")
+    report = model.to_report([model.Check("torch.build", "pass", "ok")], "sb1", generated="yesterday")
     (tmp_path / "sb1.json").write_text(json.dumps(report))
     md = fleetreport.markdown(fleetreport.load(tmp_path, fleetreport.parse_since("2026-12-01T11:00:00+00:00")))
     assert "| sb1 **STALE (report from yesterday, not from this run)**" in md
+
+
+def test_every_check_verify_declares_has_a_column_and_every_version_column_a_check(tmp_path: Path) -> None:
+    """The columns come from the check ids: a check verify declares under a new prefix gets one
+    without an edit here, in verify's order; a version column names a check verify has."""
+    declared = [spec.id for spec in plan.CHECKS]
+    _write(tmp_path, "sb1", [model.Check(check_id, "pass", "ok") for check_id in declared])
+    header = fleetreport.markdown(fleetreport.load(tmp_path)).splitlines()[0].split(" | ")
+    columns = header[1 : -len(fleetreport._VERSIONS)]
+    assert columns == [fleetreport._column(g) for g in dict.fromkeys(i.split(".")[0] for i in declared)]
+    assert {check_id for _label, check_id, _key in fleetreport._VERSIONS} <= set(declared)

@@ -1,5 +1,6 @@
 """gpuenv verify's checks that need no torch and no GPU, on saved real output and on a stand-in
-/proc and /sys tree; its reports. The torch checks run in the sandbox's environments."""
+/proc and /sys tree; its reports. The torch checks run in the sandbox's environments, the compute
+checks' bodies on the CPU device in test_verify_compute.py, the zipapp in test_verify_bundle.py."""
 
 from __future__ import annotations
 
@@ -10,71 +11,41 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv import verify
+import gpuenv
+from gpuenv.verify import base, cli, compute, cuda_tree, driver, host, model, outputs, plan, torchenv
+from gpuenv.verify.model import Check
 
 DATA = Path(__file__).parent / "data"
 
 
-@pytest.mark.parametrize(
-    ("cc", "arch", "ok"),
-    [
-        ("8.6", ["sm_80", "sm_90"], True),  # SASS 8.0 runs on 8.6 (same major, lower minor)
-        ("8.0", ["sm_86"], False),  # but not the other way round
-        ("12.0", ["sm_80", "sm_90", "compute_90"], True),  # PTX 9.0 is JIT-compiled for 12.0
-        ("12.0", ["sm_50", "sm_90"], False),  # "no kernel image is available for execution on the device"
-        ("6.1", ["sm_70", "compute_70"], False),  # PTX only runs at or above its own CC
-        ("10.0", ["sm_100a"], True),  # architecture-specific SASS for exactly that CC
-        ("10.3", ["sm_100a"], False),  # ... and not for a later minor
-        ("10.3", ["sm_100f"], True),  # family-specific SASS covers the family
-    ],
-)
-def test_arch_coverage_follows_nvidias_binary_compatibility(cc: str, arch: list[str], ok: bool) -> None:
-    assert verify.covered(cc, arch)[0] is ok
-
-
 def test_cudnn_int_is_what_torch_reports() -> None:
-    assert verify.cudnn_int("9.1.0.70") == 90100
-    assert verify.cudnn_int("9.20.0.48") == 92000  # 2.13.0+cu130 reports 92000 (molecule/pytorch_env)
-    assert verify.cudnn_int("8.9.7.29") == 8907
+    assert torchenv.cudnn_int("9.1.0.70") == 90100
+    assert torchenv.cudnn_int("9.20.0.48") == 92000  # 2.13.0+cu130 reports 92000 (molecule/pytorch_env)
+    assert torchenv.cudnn_int("8.9.7.29") == 8907
 
 
-def test_libcudnn_paths_from_proc_maps() -> None:
-    maps = (
-        "7f00-7f10 r--p 00000000 08:01 1 /opt/gpuenv/envs/default/lib/python3.11/site-packages/nvidia/cudnn/lib/"
-        "libcudnn.so.9\n"
-        "7f10-7f20 r-xp 00010000 08:01 1 /opt/gpuenv/envs/default/lib/python3.11/site-packages/nvidia/cudnn/lib/"
-        "libcudnn.so.9\n"
-        "7f20-7f30 r--p 00000000 08:01 2 /usr/local/cuda-12.4/lib64/libcudnn_graph.so.9.1.0\n"
-        "7f30-7f40 rw-p 00000000 00:00 0 \n"
-    )
-    assert verify.libcudnn_paths(maps) == [
-        "/opt/gpuenv/envs/default/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9",
-        "/usr/local/cuda-12.4/lib64/libcudnn_graph.so.9.1.0",
-    ]
-
-
-def _proc(tmp_path: Path, driver: str | None = None, modules: str = "") -> verify.Context:
+def _proc(tmp_path: Path, driver: str | None = None, modules: str = "") -> base.Context:
     proc = tmp_path / "proc"
     (proc / "driver/nvidia").mkdir(parents=True)
     if driver:
         (proc / "driver/nvidia/version").write_text((DATA / driver).read_text())
     (proc / "modules").write_text(modules)
-    return verify.Context(proc=proc, sys_root=tmp_path / "sys")
+    return base.Context(proc=proc, sys_root=tmp_path / "sys")
 
 
 def test_kernel_driver_from_a_saved_proc_file(tmp_path: Path) -> None:
     ctx = _proc(tmp_path, "proc-driver-nvidia-version-open-580.txt")
-    check = verify.check_driver_kernel(ctx)
+    check = driver.kernel(ctx)
     assert (check.status, check.observed) == ("pass", "580.95.05")
 
 
 def test_no_driver_is_a_skip_with_its_reason_or_a_failure_when_a_gpu_is_required(tmp_path: Path) -> None:
     ctx = _proc(tmp_path)
-    skipped = verify.check_driver_kernel(ctx)
+    skipped = driver.kernel(ctx)
     assert skipped.status == "skip"
     assert "no NVIDIA kernel module is loaded" in skipped.summary
     ctx.require_gpu = True
-    failed = verify.check_driver_kernel(ctx)
+    failed = driver.kernel(ctx)
     assert failed.status == "fail"
     assert failed.hint is not None
 
@@ -82,31 +53,42 @@ def test_no_driver_is_a_skip_with_its_reason_or_a_failure_when_a_gpu_is_required
 def test_a_driver_library_mismatch_fails_with_the_fix(tmp_path: Path) -> None:
     ctx = _proc(tmp_path)
     ctx.driver_kernel, ctx.driver_user = "550.163.01", "580.95.05"
-    check = verify.check_driver_match(ctx)
+    check = driver.match(ctx)
     assert check.status == "fail"
     assert "Driver/library version mismatch" in (check.hint or "")
     ctx.driver_user = "550.163.01"
-    assert verify.check_driver_match(ctx).status == "pass"
+    assert driver.match(ctx).status == "pass"
+
+
+def test_the_driver_match_needs_no_driver_kernel_check_before_it(tmp_path: Path) -> None:
+    """driver.match read what driver.kernel had left in the context; now each reads the host."""
+    proc = tmp_path / "proc"
+    (proc / "driver/nvidia").mkdir(parents=True)
+    (proc / "driver/nvidia/version").write_text((DATA / "proc-driver-nvidia-version-open-580.txt").read_text())
+    ctx = base.Context(proc=proc)
+    ctx.userspace = base.Userspace("580.95.05", "NVML")
+    check = driver.match(ctx)
+    assert (check.status, check.observed, check.expected) == ("pass", "580.95.05", "580.95.05")
 
 
 def test_driver_minimum(tmp_path: Path) -> None:
     ctx = _proc(tmp_path)
     ctx.expect = {"torch_min_driver": "525.60.13"}
     ctx.driver_user = "535.309.01"
-    assert verify.check_driver_minimum(ctx).status == "pass"
+    assert driver.cuda_minimum(ctx).status == "pass"
     ctx.driver_user = "470.256.02"
-    assert verify.check_driver_minimum(ctx).status == "fail"
+    assert driver.cuda_minimum(ctx).status == "fail"
 
 
 def test_nouveau_and_secure_boot(tmp_path: Path) -> None:
     ctx = _proc(tmp_path, modules="nouveau 2654208 0 - Live 0x0\n")
-    assert verify.check_nouveau(ctx).status == "fail"
+    assert host.nouveau(ctx).status == "fail"
     ctx = _proc(tmp_path / "b", modules="nvidia 1 0 - Live 0x0\n")
-    assert verify.check_nouveau(ctx).status == "pass"
+    assert host.nouveau(ctx).status == "pass"
     efivars = tmp_path / "b/sys/firmware/efi/efivars"
     efivars.mkdir(parents=True)
     (efivars / "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c").write_bytes(b"\x06\x00\x00\x00\x00")
-    assert verify.check_secure_boot(ctx).observed == "off"
+    assert host.secure_boot(ctx).observed == "off"
 
 
 def test_cuda_tree_from_a_real_ptxas_and_header(tmp_path: Path) -> None:
@@ -117,29 +99,29 @@ def test_cuda_tree_from_a_real_ptxas_and_header(tmp_path: Path) -> None:
     ptxas.write_text("#!/bin/sh\ncat " + str(DATA / "ptxas-version-12.4.131.txt") + "\n")
     ptxas.chmod(0o755)
     (home / "include/cudnn_version.h").write_text((DATA / "cudnn_version-9.1.0.70.h").read_text())
-    ctx = verify.Context(cuda_home=home, expect={"cuda": "12.4.1", "cudnn": "9.1.0.70"})
-    assert [(c.id, c.status) for c in verify.check_cuda_tree(ctx)] == [
+    ctx = base.Context(cuda_home=home, expect={"cuda": "12.4.1", "cudnn": "9.1.0.70"})
+    assert [(c.id, c.status) for c in (cuda_tree.toolkit(ctx), cuda_tree.cudnn(ctx))] == [
         ("cuda_tree.toolkit", "pass"),
         ("cuda_tree.cudnn", "pass"),
     ]
     ctx.expect = {"cuda": "12.1.1", "cudnn": "9.2.0.82"}
-    assert [c.status for c in verify.check_cuda_tree(ctx)] == ["fail", "fail"]
+    assert [c.status for c in (cuda_tree.toolkit(ctx), cuda_tree.cudnn(ctx))] == ["fail", "fail"]
 
 
 def test_reports() -> None:
     checks = [
-        verify.Check("driver.kernel", "skip", "skipped, no GPU"),
-        verify.Check("torch.build", "pass", "torch 2.13.0+cpu", observed={"torch": "2.13.0+cpu"}),
-        verify.Check("cudnn.version", "fail", "cuDNN 90100, not 9.20.0.48", observed=90100, expected=92000, hint="x"),
+        Check("driver.kernel", "skip", "skipped, no GPU"),
+        Check("torch.build", "pass", "torch 2.13.0+cpu", observed={"torch": "2.13.0+cpu"}),
+        Check("cudnn.version", "fail", "cuDNN 90100, not 9.20.0.48", observed=90100, expected=92000, hint="x"),
     ]
-    report = verify.to_json(checks, "sb1")
+    report = model.to_report(checks, "sb1")
     assert report["schema_version"] == 2
     assert report["exit_code"] == 1
     assert report["counts"] == {"pass": 1, "fail": 1, "warn": 0, "skip": 1}
     json.dumps(report)
-    suite = ET.fromstring(verify.to_junit(checks, "sb1"))  # noqa: S314 - XML this test just made
+    suite = ET.fromstring(outputs.to_junit(checks, "sb1"))  # noqa: S314 - XML this test just made
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
-    prom = verify.to_prometheus(checks, "sb1")
+    prom = outputs.to_prometheus(checks, "sb1")
     assert 'gpuenv_verify_check{host="sb1",check="cudnn.version",status="fail"} 1' in prom
     assert 'gpuenv_verify_exit_code{host="sb1"} 1' in prom
 
@@ -158,10 +140,10 @@ def test_without_torch_verify_still_writes_every_report_and_exits_2(
     stack.write_text('{"torch": "2.5.1", "cuda": "12.4.1"}')
     out = {name: tmp_path / name for name in ("v.json", "v.xml", "v.prom")}
     argv = ["--stack", str(stack), "--json", str(out["v.json"]), "--junit", str(out["v.xml"])]
-    assert verify.main([*argv, "--prom", str(out["v.prom"]), "--no-distributed"]) == 2
+    assert cli.main([*argv, "--prom", str(out["v.prom"]), "--no-distributed"]) == 2
     report = json.loads(out["v.json"].read_text())
     assert report["exit_code"] == 2
-    assert report["stack_id"] == verify.stack_id({"torch": "2.5.1", "cuda": "12.4.1"})
+    assert report["stack_id"] == model.stack_id({"torch": "2.5.1", "cuda": "12.4.1"})
     assert report["generated"].endswith("+00:00")
     (check,) = report["checks"]
     assert (check["id"], check["status"]) == ("verify.run", "fail")
@@ -177,17 +159,17 @@ def test_a_missing_environment_or_stack_or_a_crash_is_reported_not_lost(
 ) -> None:
     out = tmp_path / "v.json"
     missing = "/opt/gpuenv/envs/default/bin/python"
-    assert verify.main(["--python-missing", missing, "--json", str(out)]) == 2
+    assert cli.main(["--python-missing", missing, "--json", str(out)]) == 2
     assert json.loads(out.read_text())["checks"][0]["summary"] == f"the environment's Python {missing} does not exist"
-    assert verify.main(["--stack", str(tmp_path / "none.json"), "--json", str(out)]) == 2
+    assert cli.main(["--stack", str(tmp_path / "none.json"), "--json", str(out)]) == 2
     assert json.loads(out.read_text())["checks"][0]["summary"].startswith("cannot read the stack to check against")
 
     class FakeTorch:  # enough for import, not for the checks: run_checks breaks
         pass
 
     monkeypatch.setitem(sys.modules, "torch", FakeTorch())
-    monkeypatch.setattr(verify, "run_checks", lambda ctx, distributed: 1 / 0)
-    assert verify.main(["--json", str(out)]) == 2
+    monkeypatch.setattr(plan, "run_checks", lambda ctx, distributed: 1 / 0)
+    assert cli.main(["--json", str(out)]) == 2
     check = json.loads(out.read_text())["checks"][0]
     assert check["summary"] == "gpuenv verify itself failed (ZeroDivisionError)"
 
@@ -210,39 +192,44 @@ def test_the_resolved_stack_carries_what_verify_compares() -> None:
 def test_the_json_report_matches_its_versioned_schema() -> None:
     import jsonschema  # noqa: PLC0415 - a controller-side test dependency
 
-    schema = json.loads((Path(verify.__file__).parent / "data/verify.schema.json").read_text())
+    schema = json.loads((Path(gpuenv.__file__).parent / "data/verify.schema.json").read_text())
     checks = [
-        verify.Check("driver.kernel", "skip", "skipped"),
-        verify.Check("cudnn.version", "fail", "x", observed=90100, expected=92000, hint="fix it", seconds=0.5),
+        Check("driver.kernel", "skip", "skipped"),
+        Check("cudnn.version", "fail", "x", observed=90100, expected=92000, hint="fix it", seconds=0.5),
     ]
-    report = json.loads(json.dumps(verify.to_json(checks, "sb1"), default=str))
+    report = json.loads(json.dumps(model.to_report(checks, "sb1"), default=str))
     jsonschema.validate(report, schema)
     report["checks"][0]["status"] = "ok"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(report, schema)
 
 
-def test_smi_and_proc_of_a_real_mismatch(tmp_path: Path) -> None:
-    # One host's real output: the module loaded is 580.173.02, the libraries are 580.178.
-    text = (DATA / "nvidia-smi-mismatch-580.txt").read_text()
-    assert verify.parse_smi_driver(9, text) == (None, True)
+def test_check_ids_may_hold_digits_and_every_declared_id_fits_the_schema() -> None:
+    """The schema's id pattern once allowed letters and underscores only ("nvlink.gpu0" could not be
+    reported); a check id is a lower-case prefix, a dot, and a name, digits allowed after the first
+    character."""
+    import jsonschema  # noqa: PLC0415 - a controller-side test dependency
+
+    schema = json.loads((Path(gpuenv.__file__).parent / "data/verify.schema.json").read_text())
+    ids = [spec.id for spec in plan.CHECKS] + ["verify.run", "drift.cudnn", "nvlink.gpu0_link1", "sm90.fp8", "a.2"]
+    report = model.to_report([Check(i, "pass", "ok") for i in ids], "sb1")
+    jsonschema.validate(json.loads(json.dumps(report)), schema)
+    for bad in ("GPU.matmul", "gpu", "9gpu.matmul", "gpu.mat-mul", "gpu.matmul.extra"):
+        report["checks"][0]["id"] = bad
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(report, schema)
+
+
+def test_the_kernel_module_of_a_real_mismatch(tmp_path: Path) -> None:
     ctx = _proc(tmp_path, "proc-driver-nvidia-version-mismatch-580.173.02.txt")
-    assert verify.check_driver_kernel(ctx).observed == "580.173.02"
-
-
-def test_smi_driver_versions() -> None:
-    assert verify.parse_smi_driver(0, "550.163.01\n550.163.01\n") == ("550.163.01", False)  # one line per GPU
-    assert verify.parse_smi_driver(9, "NVIDIA-SMI has failed because it couldn't communicate with the driver.") == (
-        None,
-        False,
-    )
+    assert driver.kernel(ctx).observed == "580.173.02"
 
 
 def test_a_check_that_crashes_is_that_checks_failure() -> None:
-    def broken() -> verify.Check:
+    def broken(ctx: base.Context, me: base.Spec) -> Check:
         raise RuntimeError("cuDNN version incompatibility: PyTorch was compiled against (9, 20, 0)")
 
-    (check,) = verify._guarded("cudnn.version", broken)
+    check = base.Spec("cudnn.version", "cuDNN", broken).run(base.Context())
     assert (check.id, check.status) == ("cudnn.version", "fail")
     assert "compiled against (9, 20, 0)" in check.observed
 
@@ -280,8 +267,8 @@ def test_the_cudnn_8_tree_loads_through_the_loader_cache(tmp_path: Path) -> None
     cache = _ldconfig(
         [(n, str(tree / "lib64" / n)) for n in CUDNN8] + [("libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6")]
     )
-    ctx = verify.Context(expect={"cudnn": "8.9.7.29", "cudnn_libraries": CUDNN8}, cuda_home=tree, ldconfig_cache=cache)
-    check = verify.check_cudnn_loader(ctx)
+    ctx = base.Context(expect={"cudnn": "8.9.7.29", "cudnn_libraries": CUDNN8}, cuda_home=tree, ldconfig_cache=cache)
+    check = cuda_tree.cudnn_loader(ctx)
     assert check.status == "pass", check
     assert check.summary == f"the loader finds all 7 cuDNN libraries in {tree / 'lib64'}"
 
@@ -291,10 +278,10 @@ def test_a_cudnn_library_missing_from_the_cache_or_shadowed_fails_with_the_ldcon
     lines = [(n, str(tree / "lib64" / n)) for n in CUDNN8 if n != "libcudnn_cnn_infer.so.8"]
     shadow = "/usr/lib/x86_64-linux-gnu/libcudnn.so.8"
     lines = [(n, shadow if n == "libcudnn.so.8" else p) for n, p in lines]
-    ctx = verify.Context(
+    ctx = base.Context(
         expect={"cudnn": "8.2.1.32", "cudnn_libraries": CUDNN8}, cuda_home=tree, ldconfig_cache=_ldconfig(lines)
     )
-    check = verify.check_cudnn_loader(ctx)
+    check = cuda_tree.cudnn_loader(ctx)
     assert check.status == "fail"
     assert check.observed == [
         f"libcudnn.so.8: the loader finds {shadow}, not {tree / 'lib64/libcudnn.so.8'}",
@@ -306,14 +293,14 @@ def test_a_cudnn_library_missing_from_the_cache_or_shadowed_fails_with_the_ldcon
 def test_a_library_the_release_ships_but_the_tree_lacks_fails(tmp_path: Path) -> None:
     tree = _cudnn_tree(tmp_path, CUDNN8[:1])
     cache = _ldconfig([("libcudnn.so.8", str(tree / "lib64/libcudnn.so.8"))])
-    ctx = verify.Context(expect={"cudnn": "8.9.7.29", "cudnn_libraries": CUDNN8}, cuda_home=tree, ldconfig_cache=cache)
-    check = verify.check_cudnn_loader(ctx)
+    ctx = base.Context(expect={"cudnn": "8.9.7.29", "cudnn_libraries": CUDNN8}, cuda_home=tree, ldconfig_cache=cache)
+    check = cuda_tree.cudnn_loader(ctx)
     assert check.status == "fail"
     assert f"libcudnn_cnn_infer.so.8: not in {tree / 'lib64'}" in check.observed
 
 
 def test_no_system_cudnn_skips_the_loader_check() -> None:
-    check = verify.check_cudnn_loader(verify.Context(expect={"cudnn": "none"}))
+    check = cuda_tree.cudnn_loader(base.Context(expect={"cudnn": "none"}))
     assert check.status == "skip"
 
 
@@ -341,16 +328,16 @@ def test_the_grad_scaler_of_older_torch_releases_is_used_where_torch_amp_has_non
         amp=SimpleNamespace(),  # torch 2.0's torch.amp has autocast but no GradScaler
         cuda=SimpleNamespace(amp=SimpleNamespace(GradScaler=lambda enabled: made.append(("cuda.amp", enabled)))),
     )
-    verify._grad_scaler(new, "cuda")
-    verify._grad_scaler(old, "cuda")
-    verify._grad_scaler(old, "cpu")  # no CPU scaler before 2.3: a disabled one, which passes steps through
+    compute.grad_scaler(new, "cuda")
+    compute.grad_scaler(old, "cuda")
+    compute.grad_scaler(old, "cpu")  # no CPU scaler before 2.3: a disabled one, which passes steps through
     assert made == [("amp", "cuda"), ("cuda.amp", True), ("cuda.amp", False)]
 
 
 def test_a_tree_without_cudnn_libraries_fails_the_loader_check(tmp_path: Path) -> None:
     (tmp_path / "cuda/lib64").mkdir(parents=True)
-    check = verify.check_cudnn_loader(
-        verify.Context(expect={"cudnn": "9.1.0.70"}, cuda_home=tmp_path / "cuda", ldconfig_cache="")
+    check = cuda_tree.cudnn_loader(
+        base.Context(expect={"cudnn": "9.1.0.70"}, cuda_home=tmp_path / "cuda", ldconfig_cache="")
     )
     assert check.status == "fail"
     assert check.summary == f"no cuDNN 9 libraries in {tmp_path / 'cuda/lib64'}"

@@ -1,4 +1,5 @@
-"""Filters for the nvidia_driver role, calling gpuenv.driver (tested with saved real output)."""
+"""Filters for the nvidia_driver role, calling gpuenv.driver and gpuenv.hostparse (tested with saved real
+output)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from gpuenv import compat, driver
+    from gpuenv import compat, driver, hostparse
 except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import compat, driver
+    from gpuenv import compat, driver, hostparse
 
 
 def gpuenv_driver_pick(madison: str, pin: str) -> dict[str, Any]:
@@ -28,7 +29,7 @@ def gpuenv_driver_flavor(requested: str, ccs: list[Any]) -> dict[str, Any]:
 
 
 def gpuenv_nvidia_proc_version(text: str) -> dict[str, str] | None:
-    return driver.parse_proc_version(str(text))
+    return hostparse.parse_proc_version(str(text))
 
 
 def gpuenv_driver_reboot_needed(loaded: dict[str, str] | None, installed: str, gpu_present: bool) -> bool:

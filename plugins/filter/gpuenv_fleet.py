@@ -1,5 +1,5 @@
-"""Filters for the fleet playbooks (drift.yml, upgrade.yml), calling gpuenv.drift (tested in
-gpuenv/tests/test_drift.py)."""
+"""Filters for the fleet playbooks (drift.yml, upgrade.yml) and gpu_verify, calling gpuenv.drift and
+the report model, gpuenv.verify.model (tested in gpuenv/tests/test_drift.py and test_verify.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from gpuenv import drift, verify
+    from gpuenv import drift
+    from gpuenv.verify import model
 except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import drift, verify
+    from gpuenv import drift
+    from gpuenv.verify import model
 
 
 def gpuenv_drift(
@@ -36,7 +38,7 @@ def gpuenv_drift(
 
 def gpuenv_merge_report(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
     """A verify report with more checks in it, its counts and exit code recomputed."""
-    return drift.merge_report(dict(report or {}), list(checks or []))
+    return model.merge(dict(report or {}), list(checks or []))
 
 
 def gpuenv_verify_failed_report(  # noqa: PLR0917 - a Jinja filter takes its arguments by position
@@ -44,8 +46,18 @@ def gpuenv_verify_failed_report(  # noqa: PLR0917 - a Jinja filter takes its arg
 ) -> dict[str, Any]:
     """The verify report of a host verify could not check (a failing verify.run check carrying
     the error): the same model gpuenv verify writes, for the playbooks' stand-ins."""
-    return verify.failed_report(
+    return model.failed_report(
         str(host), str(summary), str(error or ""), str(hint), dict(expect or {}), str(run) if run else None
+    )
+
+
+def gpuenv_verify_report(  # noqa: PLR0917 - a Jinja filter takes its arguments by position
+    result: Any, host: str, summary: str, hint: str, expect: Any = None, run: Any = None
+) -> dict[str, Any]:
+    """The report a registered `gpuenv-verify --json -` command printed, or, where it printed none,
+    the failing report that says so (summary, hint) with the command's exit status and stderr."""
+    return model.from_command(
+        dict(result or {}), str(host), str(summary), str(hint), dict(expect or {}), str(run) if run else None
     )
 
 
@@ -61,4 +73,5 @@ class FilterModule:
             "gpuenv_merge_report": gpuenv_merge_report,
             "gpuenv_stack_summary": gpuenv_stack_summary,
             "gpuenv_verify_failed_report": gpuenv_verify_failed_report,
+            "gpuenv_verify_report": gpuenv_verify_report,
         }

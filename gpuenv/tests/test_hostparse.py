@@ -1,0 +1,62 @@
+"""gpuenv.hostparse on what hosts print or hold, saved from real hosts (gpuenv/tests/data/README.md
+says whence); ptxas, cudnn_version.h and ldconfig are in test_redist.py, /proc's driver version in
+test_driver.py."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from gpuenv import hostparse
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_smi_of_a_real_mismatch() -> None:
+    # One host's real output: the module loaded is 580.173.02, the libraries are 580.178.
+    assert hostparse.parse_smi_driver(9, (DATA / "nvidia-smi-mismatch-580.txt").read_text()) == (None, True)
+    proc = (DATA / "proc-driver-nvidia-version-mismatch-580.173.02.txt").read_text()
+    assert hostparse.parse_proc_version(proc) == {"version": "580.173.02", "flavor": "proprietary"}
+
+
+def test_smi_driver_versions() -> None:
+    assert hostparse.parse_smi_driver(0, "550.163.01\n550.163.01\n") == ("550.163.01", False)  # one line per GPU
+    failed = "NVIDIA-SMI has failed because it couldn't communicate with the driver."
+    assert hostparse.parse_smi_driver(9, failed) == (None, False)
+
+
+def test_libcudnn_paths_from_proc_maps() -> None:
+    maps = (
+        "7f00-7f10 r--p 00000000 08:01 1 /opt/gpuenv/envs/default/lib/python3.11/site-packages/nvidia/cudnn/lib/"
+        "libcudnn.so.9\n"
+        "7f10-7f20 r-xp 00010000 08:01 1 /opt/gpuenv/envs/default/lib/python3.11/site-packages/nvidia/cudnn/lib/"
+        "libcudnn.so.9\n"
+        "7f20-7f30 r--p 00000000 08:01 2 /usr/local/cuda-12.4/lib64/libcudnn_graph.so.9.1.0\n"
+        "7f30-7f40 rw-p 00000000 00:00 0 \n"
+    )
+    assert hostparse.libcudnn_paths(maps) == [
+        "/opt/gpuenv/envs/default/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9",
+        "/usr/local/cuda-12.4/lib64/libcudnn_graph.so.9.1.0",
+    ]
+
+
+def test_loaded_modules() -> None:
+    modules = "nouveau 2654208 0 - Live 0x0000000000000000\nnvidia_uvm 1789952 0 - Live 0x0\n\n"
+    assert hostparse.loaded_modules(modules) == ["nouveau", "nvidia_uvm"]
+
+
+def test_secure_boot_variable() -> None:
+    assert hostparse.secure_boot_on(b"\x06\x00\x00\x00\x01")
+    assert not hostparse.secure_boot_on(b"\x06\x00\x00\x00\x00")
+    assert not hostparse.secure_boot_on(b"\x06\x00")  # truncated: not on
+
+
+def test_the_parsers_stay_python_3_8_and_standard_library_only() -> None:
+    """Ansible ships this file alone to hosts (module_utils) and verify runs it with the
+    environment's Python, 3.8 and up."""
+    source = Path(hostparse.__file__).read_text()
+    tree = ast.parse(source, feature_version=(3, 8))
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    } | {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported <= {"__future__", "re"}, imported

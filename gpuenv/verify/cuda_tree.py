@@ -1,0 +1,93 @@
+"""The CUDA tree (/usr/local/cuda): the declared toolkit and system cuDNN, and that every library of
+that cuDNN resolves through the loader's cache to the tree's own file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuenv import hostparse
+from gpuenv.verify.base import Checks, Context, Spec, run_tool
+from gpuenv.verify.model import Check
+
+CHECKS = Checks()
+
+_LOADER_HINT = (
+    "run ldconfig: gpuenv writes /etc/ld.so.conf.d/gpuenv-cuda.conf, which gives the loader "
+    "{lib}; if the loader still finds another copy, a file in /etc/ld.so.conf.d that comes first "
+    "names another cuDNN: remove it or rerun the cudnn role"
+)
+
+
+@CHECKS.add("cuda_tree.toolkit", "CUDA toolkit")
+def toolkit(ctx: Context, me: Spec) -> Check:
+    want = ctx.expect.get("cuda")
+    ptxas = ctx.cuda_home / "bin/ptxas"
+    if want is None:
+        return me.skipped("the stack declares none")
+    if not ptxas.exists():
+        return me.failed(
+            f"no {ptxas}",
+            expected=want,
+            hint="run the cuda_toolkit role, or check that /usr/local/cuda points at a toolkit",
+        )
+    found = hostparse.tool_version(run_tool([str(ptxas), "--version"]).stdout)
+    release = found["release"] if found else None
+    want_xy = ".".join(str(want).split(".")[:2])
+    return me.judged(
+        release == want_xy,
+        f"{ctx.cuda_home} is CUDA {release}",
+        release,
+        want_xy,
+        "cuda_toolkit_default selects /usr/local/cuda",
+    )
+
+
+@CHECKS.add("cuda_tree.cudnn", "system cuDNN")
+def cudnn(ctx: Context, me: Spec) -> Check:
+    want = ctx.expect.get("cudnn")
+    header = ctx.cuda_home / "include/cudnn_version.h"
+    if want in (None, "none"):
+        return me.skipped("the stack declares none")
+    if not header.exists():
+        return me.failed(f"no {header}", expected=want, hint="run the cudnn role")
+    found = hostparse.cudnn_header_version(header.read_text())
+    want_xyz = ".".join(str(want).split(".")[:3])
+    said = f"cuDNN {found}" if found else "no CUDNN_MAJOR, CUDNN_MINOR and CUDNN_PATCHLEVEL"
+    return me.judged(found == want_xyz, f"{header} says {said}", found, want_xyz, "run the cudnn role")
+
+
+@CHECKS.add("cuda_tree.cudnn_loader", "cuDNN in the loader's cache")
+def cudnn_loader(ctx: Context, me: Spec) -> Check:
+    """The "Could not load library libcudnn_cnn_infer.so.8" case: a library of the tree's cuDNN
+    missing from the loader's cache, or shadowed there by another copy."""
+    want = ctx.expect.get("cudnn")
+    if want in (None, "none"):
+        return me.skipped("the stack declares no system cuDNN")
+    lib = ctx.cuda_home / "lib64"
+    major = str(want).partition(".")[0]
+    names = list(ctx.expect.get("cudnn_libraries") or sorted(p.name for p in lib.glob(f"libcudnn*.so.{major}")))
+    if not names:
+        return me.failed(
+            f"no cuDNN {major} libraries in {lib}",
+            expected=f"libcudnn*.so.{major} in {lib}",
+            hint="run the cudnn role, which installs the declared cuDNN into the CUDA tree",
+        )
+    cache = hostparse.parse_ldconfig(ctx.ldconfig())
+    problems = []
+    for name in names:
+        own = lib / name
+        found = cache.get(name, [])
+        if not own.exists():
+            problems.append(f"{name}: not in {lib}")
+        elif not found:
+            problems.append(f"{name}: not in the loader's cache")
+        elif Path(found[0]).resolve() != own.resolve():
+            problems.append(f"{name}: the loader finds {found[0]}, not {own}")
+    if problems:
+        return me.failed(
+            f"{len(problems)} of {len(names)} cuDNN libraries do not load from {lib}",
+            observed=problems,
+            expected=f"each of {', '.join(names)} from {lib}",
+            hint=_LOADER_HINT.format(lib=lib),
+        )
+    return me.passed(f"the loader finds all {len(names)} cuDNN libraries in {lib}", names)

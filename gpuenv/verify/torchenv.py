@@ -1,0 +1,138 @@
+"""torch and its cuDNN: the declared build imports, sees CUDA, has kernels for every GPU, and loads
+the cuDNN its build ships, from its own environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuenv import archcompat, hostparse
+from gpuenv.verify.base import Checks, Context, Spec
+from gpuenv.verify.model import Check
+
+CHECKS = Checks()
+
+
+def cudnn_int(version: str) -> int:
+    """9.1.0(.70) -> 90100, as torch.backends.cudnn.version() reports cuDNN 9 (8.9.7 -> 8907)."""
+    parts = [int(p) for p in version.split(".")[:3]]
+    major, minor, patch = [*parts, 0, 0][:3]
+    return major * 10000 + minor * 100 + patch if major >= 9 else major * 1000 + minor * 100 + patch
+
+
+def _cc(capability: tuple[int, int]) -> str:
+    return f"{capability[0]}.{capability[1]}"
+
+
+@CHECKS.add("torch.build", "torch build")
+def build(ctx: Context, me: Spec) -> Check:
+    t = ctx.torch
+    observed = {"torch": t.__version__, "cuda": t.version.cuda}
+    want_torch, want_cuda = ctx.expect.get("torch"), ctx.expect.get("torch_cuda", "unset")
+    if want_torch is None:
+        return me.passed(f"torch {t.__version__} (CUDA {t.version.cuda}) imports; no stack to compare", observed)
+    expected = {"torch": want_torch, "cuda": want_cuda}
+    if t.__version__.split("+")[0] == want_torch and want_cuda in ("unset", t.version.cuda):
+        return me.passed(f"torch {t.__version__} (CUDA {t.version.cuda}) as declared", observed, expected)
+    return me.failed(
+        f"torch {t.__version__} (CUDA {t.version.cuda}) is not the declared build",
+        observed=observed,
+        expected=expected,
+        hint="rebuild the environment (pytorch_env) or activate the one gpuenv built",
+    )
+
+
+@CHECKS.add("torch.cuda_available", "torch sees CUDA")
+def cuda_available(ctx: Context, me: Spec) -> Check:
+    t = ctx.torch
+    if t.version.cuda is None:
+        return ctx.gpu_skip(me, "this torch is a CPU build")
+    if not ctx.gpu_visible:
+        return ctx.gpu_skip(me)
+    count = t.cuda.device_count()
+    devices = [
+        {"index": i, "name": t.cuda.get_device_name(i), "cc": _cc(t.cuda.get_device_capability(i))}
+        for i in range(count)
+    ]
+    return me.passed(f"{count} CUDA device(s)", devices)
+
+
+@CHECKS.add("gpu.arch_coverage", "kernel images")
+def arch_coverage(ctx: Context, me: Spec) -> Check:
+    t = ctx.torch
+    arch_list = list(t.cuda.get_arch_list()) if t.version.cuda else []
+    if not arch_list:
+        return me.skipped("this torch carries no CUDA kernels")
+    if not ctx.gpu_visible:
+        return ctx.gpu_skip(me, title=f"kernel images for the GPUs (build has {' '.join(arch_list)})")
+    missing, how = [], []
+    for i in range(t.cuda.device_count()):
+        cc = _cc(t.cuda.get_device_capability(i))
+        ok, why = archcompat.runs_on(cc, arch_list)
+        how.append(f"GPU {i} (CC {cc}): {why}")
+        if not ok:
+            missing.append(cc)
+    if missing:
+        return me.failed(
+            f"no kernel image for CC {', '.join(missing)}",
+            observed=how,
+            expected=arch_list,
+            hint='"no kernel image is available for execution on the device": use a '
+            "torch build whose arch list covers these GPUs (gpuenv check-spec --gpu names one)",
+        )
+    return me.passed("every GPU has a kernel image", how, arch_list)
+
+
+@CHECKS.add("cudnn.version", "cuDNN")
+def cudnn_version(ctx: Context, me: Spec) -> Check:
+    t = ctx.torch
+    if t.version.cuda is None:
+        return me.skipped("this torch is a CPU build")
+    want = ctx.expect.get("torch_cudnn")
+    try:
+        observed = t.backends.cudnn.version()
+    except RuntimeError as exc:  # torch's own refusal: "cuDNN version incompatibility ... LD_LIBRARY_PATH ..."
+        return me.failed(
+            "torch refuses the cuDNN it loaded",
+            observed=str(exc)[:600],
+            expected=cudnn_int(want) if want else None,
+            hint="another cuDNN was loaded before torch's own: unset LD_LIBRARY_PATH (or take the CUDA tree out of "
+            "it); see cudnn.loaded_library for the file",
+        )
+    enabled = bool(t.backends.cudnn.enabled)
+    if observed is None:
+        return me.failed(
+            "torch loads no cuDNN",
+            expected=want,
+            hint="torch's cuDNN wheel (nvidia-cudnn-cu*) is missing or unloadable; rebuild the environment",
+        )
+    if want is None:
+        return me.passed(f"cuDNN {observed} (enabled: {enabled}); no stack to compare", observed)
+    if observed == cudnn_int(want) and enabled:
+        return me.passed(f"cuDNN {observed}, as torch's build ships ({want})", observed, cudnn_int(want))
+    return me.failed(
+        f"cuDNN {observed} (enabled: {enabled}), not {want}",
+        observed=observed,
+        expected=cudnn_int(want),
+        hint="another cuDNN was loaded first: look for LD_LIBRARY_PATH, and at cudnn.loaded_library",
+    )
+
+
+@CHECKS.add("cudnn.loaded_library", "loaded libcudnn")
+def loaded_library(ctx: Context, me: Spec) -> Check:
+    t = ctx.torch
+    if t.version.cuda is None:
+        return me.skipped("this torch is a CPU build")
+    ctx.load_cudnn()
+    maps = (ctx.proc / "self/maps").read_text() if (ctx.proc / "self/maps").exists() else ""
+    paths = hostparse.libcudnn_paths(maps)
+    if not paths:
+        return me.skipped("torch has not mapped libcudnn yet", [])
+    torch_dir = Path(t.__file__).resolve().parent.parent
+    if any(not p.startswith(str(torch_dir)) for p in paths):
+        return me.warned(
+            "a cuDNN outside torch's environment is loaded",
+            observed=paths,
+            expected=f"under {torch_dir}",
+            hint="a system cuDNN shadows torch's own: unset LD_LIBRARY_PATH (or remove the CUDA tree from it)",
+        )
+    return me.passed(f"libcudnn from torch's environment ({paths[0]})", paths)
