@@ -5,6 +5,8 @@ checks' bodies on the CPU device in test_verify_compute.py, the zipapp in test_v
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import gpuenv
+from gpuenv.tests.conftest import REPO
 from gpuenv.verify import base, cli, compute, cuda_tree, driver, host, model, outputs, plan, torchenv
 from gpuenv.verify.model import Check
 
@@ -126,21 +129,21 @@ def test_reports() -> None:
     assert 'gpuenv_verify_exit_code{host="sb1"} 1' in prom
 
 
-def test_without_torch_verify_still_writes_every_report_and_exits_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    pytest.importorskip("yaml")  # the controller's venv, which has no torch
-    try:
-        import torch  # type: ignore[import-not-found,unused-ignore]  # noqa: F401, PLC0415
-    except ImportError:
-        pass
-    else:
-        pytest.skip("torch is importable here; this path needs a Python without torch")
+def test_without_torch_verify_still_writes_every_report_and_exits_2(tmp_path: Path) -> None:
+    # This Python without its site-packages (-S): the standard library and gpuenv, and no torch,
+    # as an environment whose torch is gone.
     stack = tmp_path / "stack.json"
     stack.write_text('{"torch": "2.5.1", "cuda": "12.4.1"}')
     out = {name: tmp_path / name for name in ("v.json", "v.xml", "v.prom")}
     argv = ["--stack", str(stack), "--json", str(out["v.json"]), "--junit", str(out["v.xml"])]
-    assert cli.main([*argv, "--prom", str(out["v.prom"]), "--no-distributed"]) == 2
+    run = subprocess.run(
+        [sys.executable, "-S", "-m", "gpuenv.verify", *argv, "--prom", str(out["v.prom"]), "--no-distributed"],
+        env={"PYTHONPATH": str(REPO), "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 2, run.stderr
     report = json.loads(out["v.json"].read_text())
     assert report["exit_code"] == 2
     assert report["stack_id"] == model.stack_id({"torch": "2.5.1", "cuda": "12.4.1"})
@@ -151,7 +154,7 @@ def test_without_torch_verify_still_writes_every_report_and_exits_2(
     assert "No module named 'torch'" in check["observed"]
     assert ET.fromstring(out["v.xml"].read_text()).get("failures") == "1"  # noqa: S314 - XML verify just wrote
     assert 'gpuenv_verify_exit_code{host="' in out["v.prom"].read_text()
-    assert "error: ModuleNotFoundError" in capsys.readouterr().out
+    assert "error: ModuleNotFoundError" in run.stdout
 
 
 def test_a_missing_environment_or_stack_or_a_crash_is_reported_not_lost(
