@@ -210,6 +210,14 @@ class CompatData:
         release = ".".join(build.split(".")[:3])
         return release in {str(r) for r in self.raw["cudnn"].get("manifests", {}).get("releases", [])}
 
+    def driver_cuda(self, driver: str | None) -> str | None:
+        """The newest CUDA X.Y a declared driver fully supports (what its libcuda reports, the
+        conda __cuda virtual package), from NVIDIA's table; None for no driver."""
+        if not driver or driver == "none":
+            return None
+        fits = [v for v, floor in self.toolkit_driver.items() if versions.driver_satisfies(driver, floor)]
+        return versions.major_minor(max(fits, key=versions.parse)) if fits else None
+
     def cudnn_matrix_min_cc(self, build: str) -> str | None:
         """The lowest compute capability NVIDIA's matrix lists for a cuDNN build, where known."""
         floor = self.raw["cudnn"].get("matrix_min_cc")

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from gpuenv import versions
+
 STYLES = ("auto", "conda-forge", "pytorch", "wheels")
 
 
@@ -33,12 +35,6 @@ class CondaPlanError(ValueError):
 def data() -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.safe_load(resources.files("gpuenv").joinpath("data/conda.yaml").read_text())
     return loaded
-
-
-def _cuda_of(variant: str) -> str | None:
-    """cu124 -> "12.4", cu118 -> "11.8", cpu -> None."""
-    match = re.fullmatch(r"cu(\d+)(\d)", variant)
-    return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
 def _ver(text: str) -> tuple[int, ...]:
@@ -53,7 +49,7 @@ def conda_forge_serves(torch: str, variant: str, python: str) -> str | None:
     low, high = entry["python"]
     if not _ver(low) <= _ver(python) <= _ver(high):
         return f"conda-forge built pytorch {torch} for Python {low} to {high}, not {python}"
-    cuda = _cuda_of(variant)
+    cuda = versions.cuda_from_variant(variant)
     if cuda is not None and not any(c.split(".")[0] == cuda.split(".")[0] for c in entry["cuda"]):
         return (
             f"conda-forge built pytorch {torch} for CUDA {', '.join(entry['cuda'])}, none of them CUDA {cuda}'s major"
@@ -69,7 +65,7 @@ def pytorch_channel_serves(torch: str, variant: str) -> str | None:
             f"PyTorch's channel has no pytorch {torch} (its last release there is {table['last']}; "
             "use conda-forge or wheels)"
         )
-    cuda = _cuda_of(variant)
+    cuda = versions.cuda_from_variant(variant)
     offered = sorted(entry.get("cudatoolkit") or entry.get("pytorch_cuda") or [], key=_ver)
     if cuda is not None and cuda not in offered:
         return f"PyTorch's channel built pytorch {torch} for CUDA {', '.join(offered)}, not {cuda}"
@@ -97,7 +93,7 @@ def plan(
         why = conda_forge_serves(torch, variant, python)
         if why:
             raise CondaPlanError(f"{why}; set pytorch_env_conda_style: wheels (torch from PyTorch's wheels)")
-        cuda = _cuda_of(variant)
+        cuda = versions.cuda_from_variant(variant)
         if cuda is None:
             specs.append(f"pytorch =={torch} cpu*")
         else:
@@ -116,7 +112,7 @@ def plan(
         if why:
             raise CondaPlanError(why)
         entry = data()["pytorch_channel"]["releases"][torch]
-        cuda = _cuda_of(variant)
+        cuda = versions.cuda_from_variant(variant)
         specs.append(f"pytorch =={torch}")
         specs += _companions(entry, torch, companions, "PyTorch's channel")
         if cuda is None:

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from gpuenv import compat
+from gpuenv import compat, condaplan
 
 _PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 
@@ -28,12 +28,15 @@ def plan(
     index_template: str,
     pypi_url: str,
     backend: str,
+    conda_style: str = "auto",
 ) -> dict[str, Any]:
     """The requirement set of an environment and where torch comes from.
 
     torch comes from PyPI when `variant` is PyPI's default build of that release (the wheel has no
     local version there), else from PyTorch's index for the variant (`index_template` with
-    "{variant}"), where every wheel carries "+<variant>"."""
+    "{variant}"), where every wheel carries "+<variant>". For the conda backend, `conda` holds the
+    conda specs and channels (gpuenv.condaplan); pip then installs only what no conda spec covers:
+    the stack's pip packages, and torch itself where the style is "wheels"."""
     data = compat.load()
     series = data.torch_series(torch)
     if series is None or torch not in series.releases:
@@ -42,6 +45,16 @@ def plan(
         raise EnvPlanError(
             f"torch {torch} has no {variant} build in the data; builds: cpu, {', '.join(sorted(series.variants))}"
         )
+    conda = None
+    if backend == "conda":
+        try:
+            conda = condaplan.plan(
+                torch=torch, variant=variant, python=python, style=conda_style, companions=companions,
+                packages=packages,
+            )  # fmt: skip
+        except condaplan.CondaPlanError as exc:
+            raise EnvPlanError(str(exc)) from None
+        packages = [p for p in packages if not p.startswith("conda:")]
     bad = [p for p in packages if not _PIN.match(p)]
     if bad:
         raise EnvPlanError(f"extra packages must be pinned as name==version: {', '.join(bad)}")
@@ -61,16 +74,20 @@ def plan(
                 f"drop it from pytorch_env_companions or pin one in pytorch_env_packages"
             )
         requirements.append(f"{name}=={version}{local}")
+    if conda is not None and conda["style"] != "wheels":
+        requirements = []  # torch and its companions are conda packages
     requirements += sorted(packages)
     index = None if from_pypi else index_template.replace("{variant}", variant)
-    spec = {
+    spec: dict[str, Any] = {
         "backend": backend,
         "python": python,
         "requirements": requirements,
         "torch_index": index,
         "pypi": pypi_url,
     }
-    return {**spec, "from_pypi": from_pypi, "id": env_id(spec)}
+    if conda is not None:
+        spec["conda"] = {k: conda[k] for k in ("style", "channels", "specs")}
+    return {**spec, "from_pypi": from_pypi, "id": env_id(spec), "notes": conda["notes"] if conda else []}
 
 
 def env_id(spec: dict[str, Any]) -> str:

@@ -696,6 +696,8 @@ class _Checker:
         out["cuda_tree"] = f"/usr/local/cuda-{out['cuda_xy']}" if cuda else None
         out["cudnn_release"] = ".".join(self.cudnn.split(".")[:3]) if self.cudnn else None
         out["cudnn_major"] = self.cudnn.split(".", 1)[0] if self.cudnn else None
+        # The CUDA the declared driver supports: what a conda solve takes the host to have (__cuda).
+        out["driver_cuda"] = self.data.driver_cuda(self.stack.driver)
         out["torch_variant"] = self.variant.name if self.variant else self.stack.torch_variant
         out["torch_variant_derived"] = self.variant_derived
         out["torch_cuda"] = self.variant.cuda if self.variant else None

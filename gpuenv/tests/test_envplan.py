@@ -85,3 +85,24 @@ def test_auto_companions_skip_a_library_without_a_release() -> None:
         "torchvision==0.20.1",
         "torchaudio==2.5.1",
     ]
+
+
+def test_a_conda_environment_takes_torch_from_the_channel_and_pip_only_for_the_rest() -> None:
+    plan = _plan(backend="conda", companions=[], packages=["einops==0.8.1", "conda:six==1.16.0"])
+    assert plan["conda"] == {
+        "style": "conda-forge",
+        "channels": ["conda-forge"],
+        "specs": ["python 3.11.*", "pytorch ==2.13.0 cpu*", "six ==1.16.0"],
+    }
+    assert plan["requirements"] == ["einops==0.8.1"]  # pip installs what no conda spec covers
+    assert plan["id"] != _plan(companions=[], packages=["einops==0.8.1"])["id"]
+    # A release no channel carries: Python (and pip) from the channel, torch from its wheels.
+    wheels = _plan(backend="conda", torch="2.0.1", variant="cu117", companions=[])
+    assert wheels["conda"]["style"] == "wheels"
+    assert wheels["requirements"] == ["torch==2.0.1"]
+    assert wheels["notes"]
+
+
+def test_a_conda_style_that_cannot_serve_the_stack_is_an_error_naming_what_would() -> None:
+    with pytest.raises(envplan.EnvPlanError, match=r"last release there is 2\.5\.1"):
+        _plan(backend="conda", conda_style="pytorch", companions=[])

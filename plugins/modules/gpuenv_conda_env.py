@@ -1,0 +1,181 @@
+#!/usr/bin/python
+"""Ansible module gpuenv_conda_env: a conda environment solved once with py-rattler, locked with
+every package's URL and sha256, and rebuilt from the lock without solving again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: gpuenv_conda_env
+short_description: Solve, lock and install a conda prefix with py-rattler
+description:
+  - Solves I(specs) against I(channels) for linux-64 and installs the packages into I(prefix), a
+    real conda environment (C(conda-meta/*.json) for every package, C(conda-meta/history), the
+    prefix replaced in text files, entry points), which C(conda activate) and
+    C(micromamba activate) accept.
+  - The solve does not ask the host's GPU or driver. The C(__cuda) virtual package is I(cuda) (the
+    declared driver's CUDA, what C(CONDA_OVERRIDE_CUDA) sets), so a host before its first reboot,
+    or one without a GPU, gets the CUDA build the stack declares.
+  - The solved set is written to I(lock) (pixi's lock format, every package with its URL and
+    sha256). When I(lock) exists, exactly its packages are installed and nothing is solved.
+  - A spec the channels cannot solve fails with the solver's own explanation.
+  - py-rattler must be importable by the Python this module runs with (the role runs it with the
+    tools environment's Python).
+options:
+  prefix:
+    description: The environment's directory (created; it must not hold another environment).
+    type: path
+    required: true
+  channels:
+    description: Channel URLs, highest priority first.
+    type: list
+    elements: str
+    required: true
+  specs:
+    description: Match specs, as rattler reads them (C(pytorch ==2.5.1 cuda*), C(python 3.13.*)).
+    type: list
+    elements: str
+    required: true
+  lock:
+    description: The lock file to install from, or to write after a solve.
+    type: path
+    required: true
+  cuda:
+    description: The C(__cuda) version to solve for (C(12.4)); empty for a host without CUDA.
+    type: str
+    default: ""
+  cache_dir:
+    description: rattler's package cache (packages are hard-linked from it into prefixes).
+    type: path
+    default: /var/cache/gpuenv/conda-pkgs
+"""
+
+EXAMPLES = r"""
+- name: Build the environment
+  gpuenv_conda_env:
+    prefix: /opt/gpuenv/envs/.store/default-0123456789ab
+    channels: [https://conda.anaconda.org/conda-forge]
+    specs: ["python 3.13.*", "pytorch ==2.5.1 cuda*", "cuda-version >=12.4,<13"]
+    lock: /opt/gpuenv/envs/.locks/default-0123456789ab.conda-lock.yml
+    cuda: "12.2"
+  vars:
+    ansible_python_interpreter: /opt/gpuenv/tools/rattler/bin/python
+"""
+
+RETURN = r"""
+solved:
+  description: Whether this run solved (no lock yet) or installed the lock's packages.
+  type: bool
+packages:
+  description: Every package installed, with name, version, build, url and sha256.
+  type: list
+"""
+
+PLATFORM = "linux-64"
+
+
+def _records_from_lock(path: str) -> list[Any]:
+    import rattler  # noqa: PLC0415 - the module must load without it, to say what is missing
+
+    lock = rattler.LockFile.from_path(path)
+    env = lock.environment("default")
+    records = env.conda_repodata_records_for_platform(rattler.LockPlatform(PLATFORM)) if env else None
+    if not records:
+        raise ValueError(f"{path} holds no linux-64 packages for the environment 'default'")
+    return list(records)
+
+
+def _solve(channels: list[str], specs: list[str], cuda: str) -> list[Any]:
+    import rattler  # noqa: PLC0415
+
+    overrides = rattler.VirtualPackageOverrides(cuda=rattler.Override.string(cuda) if cuda else None)
+    virtual = rattler.VirtualPackage.detect(overrides)
+    if not cuda:
+        virtual = [v for v in virtual if not str(v.into_generic().name.normalized).startswith("__cuda")]
+    return list(asyncio.run(rattler.solve(sources=channels, specs=specs, virtual_packages=virtual)))
+
+
+def _write_lock(path: str, channels: list[str], records: list[Any]) -> None:
+    import rattler  # noqa: PLC0415
+
+    platform = rattler.LockPlatform(PLATFORM)
+    lock = rattler.LockFile([platform])
+    lock.set_channels("default", [rattler.LockChannel(c) for c in channels])
+    for record in records:
+        lock.add_conda_package("default", platform, record)
+    tmp = path + ".tmp"
+    lock.to_path(tmp)
+    os.replace(tmp, path)
+
+
+def describe(record: Any) -> dict[str, str]:
+    sha = record.sha256
+    return {
+        "name": str(record.name.normalized),
+        "version": str(record.version),
+        "build": str(record.build),
+        "url": str(record.url),
+        "sha256": sha.hex() if isinstance(sha, bytes) else str(sha or ""),
+    }
+
+
+def run(p: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+    import rattler  # noqa: PLC0415
+
+    if os.path.exists(os.path.join(p["prefix"], "conda-meta")):
+        raise ValueError(f"{p['prefix']} holds an environment already; the role builds into a new directory")
+    solved = not os.path.exists(p["lock"])
+    records = _solve(p["channels"], p["specs"], p["cuda"]) if solved else _records_from_lock(p["lock"])
+    result: dict[str, Any] = {"changed": True, "solved": solved, "packages": [describe(r) for r in records]}
+    if check_mode:
+        return result
+    os.makedirs(p["cache_dir"], exist_ok=True)
+    specs = [rattler.MatchSpec(s) for s in p["specs"]]
+    asyncio.run(
+        rattler.install(records, p["prefix"], cache_dir=p["cache_dir"], show_progress=False, requested_specs=specs)
+    )
+    if solved:
+        _write_lock(p["lock"], p["channels"], records)
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "prefix": {"type": "path", "required": True},
+            "channels": {"type": "list", "elements": "str", "required": True},
+            "specs": {"type": "list", "elements": "str", "required": True},
+            "lock": {"type": "path", "required": True},
+            "cuda": {"type": "str", "default": ""},
+            "cache_dir": {"type": "path", "default": "/var/cache/gpuenv/conda-pkgs"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        import rattler  # noqa: PLC0415, F401
+    except ImportError as exc:
+        module.fail_json(
+            msg=f"py-rattler cannot be imported by the Python running gpuenv_conda_env ({exc}); run it with the "
+            "tools environment's Python (the pytorch_env role installs it into /opt/gpuenv/tools/rattler)"
+        )
+    try:
+        result = run(module.params, module.check_mode)
+    except Exception as exc:  # the solver's and the installer's errors are the message
+        kind = type(exc).__name__
+        what = "solve" if "Solve" in kind else "install"
+        module.fail_json(
+            msg=f"the conda {what} of {module.params['prefix']} failed ({kind}): {str(exc).strip()[:3000]}",
+            specs=module.params["specs"],
+            channels=module.params["channels"],
+        )
+        raise  # fail_json exits; this line is for the type checker
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
