@@ -87,6 +87,8 @@ def plan(
     }
     if conda is not None:
         spec["conda"] = {k: conda[k] for k in ("style", "channels", "specs")}
+        if requirements and "pip" not in spec["conda"]["specs"]:
+            spec["conda"]["specs"] = [*spec["conda"]["specs"], "pip"]  # pip installs the rest
     return {**spec, "from_pypi": from_pypi, "id": env_id(spec), "notes": conda["notes"] if conda else []}
 
 

@@ -92,7 +92,7 @@ def test_a_conda_environment_takes_torch_from_the_channel_and_pip_only_for_the_r
     assert plan["conda"] == {
         "style": "conda-forge",
         "channels": ["conda-forge"],
-        "specs": ["python 3.11.*", "pytorch ==2.13.0 cpu*", "six ==1.16.0"],
+        "specs": ["python 3.11.*", "pytorch ==2.13.0 cpu*", "six ==1.16.0", "pip"],
     }
     assert plan["requirements"] == ["einops==0.8.1"]  # pip installs what no conda spec covers
     assert plan["id"] != _plan(companions=[], packages=["einops==0.8.1"])["id"]
