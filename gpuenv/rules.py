@@ -668,7 +668,8 @@ class _Checker:
         if not self.nvswitches:
             return
         settings = settings or {}
-        mode = str(settings.get("gpu_services_fabricmanager") or "auto")
+        given = settings.get("gpu_services_fabricmanager")
+        mode = "auto" if given is None else services.mode_of(given)
         source = str(settings.get("nvidia_driver_source") or "debian")
         switches = services.nvswitch_summary(self.nvswitches)
         why = (

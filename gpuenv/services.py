@@ -30,6 +30,16 @@ def _mode(name: str, mode: str) -> None:
         raise ValueError(f"{name} must be one of {', '.join(MODES)}, not {mode!r}")
 
 
+def mode_of(value: Any) -> str:
+    """A switch as the inventory gave it: YAML reads an unquoted on / off (and yes / no) as a
+    boolean, which means on / off here."""
+    if value is True:
+        return "on"
+    if value is False:
+        return "off"
+    return str(value)
+
+
 # --- persistence daemon -----------------------------------------------------------------------------
 def datacenter_labels(gpus: Sequence[Mapping[str, Any]], data: CompatData | None = None) -> list[str]:
     """The GPUs of a resolved stack (gpu_stack_resolved.gpus: label, cc) that are data-centre GPUs:
@@ -170,15 +180,16 @@ def driver_in_use(target: Any, record: Any, pin: Any) -> dict[str, Any]:
 def pick_package(madison: Mapping[str, Any], names: Sequence[str], version: str | None) -> dict[str, Any]:
     """The first of `names` that the repositories offer at `version` (its upstream part; None: the
     newest offered), from `apt-cache madison`-style text per name (gpuenv_apt_index, or
-    repoquery_as_madison): {"name", "version" (the package's full version), "available" (per name)}.
-    name and version are None when none offers it."""
+    repoquery_as_madison): {"name", "version" (the package's full version), "available" (per name),
+    "offered" (the same as one line, for refusals)}. name and version are None when none offers it."""
     available = {name: driver.parse_madison(str(madison.get(name) or "")) for name in names}
+    offered = "; ".join(f"{name}: {', '.join(v) if v else 'none'}" for name, v in available.items())
     for name in names:
         versions = available[name]
         chosen = (versions[0] if versions else None) if version is None else driver.pick(versions, version)
         if chosen:
-            return {"name": name, "version": chosen, "available": available}
-    return {"name": None, "version": None, "available": available}
+            return {"name": name, "version": chosen, "available": available, "offered": offered}
+    return {"name": None, "version": None, "available": available, "offered": offered}
 
 
 def repoquery_as_madison(text: str) -> dict[str, str]:

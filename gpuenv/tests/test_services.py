@@ -217,6 +217,12 @@ def test_an_nvswitch_host_with_nvidias_repository_passes_and_publishes_its_switc
             "gpu_services_fabricmanager is off",
             "gpu_services_fabricmanager: auto",
         ),
+        # YAML reads an unquoted off as false
+        (
+            {"nvidia_driver_source": "nvidia_repo", "gpu_services_fabricmanager": False},
+            "gpu_services_fabricmanager is off",
+            "gpu_services_fabricmanager: auto",
+        ),
     ],
 )
 def test_an_nvswitch_host_without_a_matching_fabric_manager_is_refused(
