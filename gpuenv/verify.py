@@ -67,6 +67,8 @@ class Context:
     ldconfig_cache: str | None = None
     driver_kernel: str | None = None
     driver_user: str | None = None
+    # What gpu_services set up on the host (its record), for the services.* checks.
+    services_record: Path = Path("/etc/ansible/facts.d/gpu_services.fact")
 
     def gpu_skip(self, check_id: str, summary: str, reason: str = NO_GPU) -> Check:
         """A GPU check that cannot run: skip with the reason, or fail under --require-gpu."""
@@ -848,6 +850,118 @@ def check_distributed(ctx: Context) -> Check:
     )
 
 
+# --- services beside the stack (roles/gpu_services; issue 21) -----------------------------------------
+def _services(ctx: Context, name: str) -> dict[str, Any]:
+    """gpu_services' record of one service ({} where the role has not run)."""
+    try:
+        record = json.loads(ctx.services_record.read_text())
+    except (OSError, ValueError):
+        return {}
+    entry = record.get(name) if isinstance(record, dict) else None
+    return entry if isinstance(entry, dict) else {}
+
+
+def _not_asked(ctx: Context, check_id: str, summary: str, entry: dict[str, Any]) -> Check:
+    why = entry.get("why") or f"gpu_services has not set it up here (no {ctx.services_record})"
+    return Check(check_id, SKIP, f"{summary}: skipped, the stack does not ask for it ({why})", observed=why)
+
+
+def _smi_rows(ctx: Context, check_id: str, summary: str, fields: str) -> tuple[list[list[str]], Check | None]:
+    """nvidia-smi --query-gpu=index,FIELDS as rows, or the check to report when there are none."""
+    if not shutil.which("nvidia-smi"):
+        return [], ctx.gpu_skip(check_id, summary, "nvidia-smi is not installed")
+    run = _run(["nvidia-smi", f"--query-gpu=index,{fields}", "--format=csv,noheader"], timeout=60)
+    out = (run.stdout + run.stderr).strip()
+    if "not a valid field" in out:
+        return [], Check(check_id, WARN, f"{summary}: this driver's nvidia-smi cannot report it", observed=out[:300])
+    rows = [[c.strip() for c in line.split(",")] for line in run.stdout.splitlines() if line.strip()]
+    if run.returncode != 0 or not rows:
+        return [], ctx.gpu_skip(check_id, summary, f"nvidia-smi lists no GPU (exit {run.returncode}: {out[:200]})")
+    return rows, None
+
+
+def check_persistence_mode(ctx: Context) -> Check:
+    check_id, summary = "services.persistence_mode", "persistence mode on every GPU"
+    entry = _services(ctx, "persistenced")
+    if not entry.get("wanted"):
+        return _not_asked(ctx, check_id, summary, entry)
+    rows, why = _smi_rows(ctx, check_id, summary, "persistence_mode")
+    if why:
+        return why
+    off = [row[0] for row in rows if row[1:2] != ["Enabled"]]
+    if off:
+        return Check(
+            check_id,
+            FAIL,
+            f"persistence mode is off on GPU {', '.join(off)}",
+            observed={row[0]: row[1:] for row in rows},
+            expected="Enabled on every GPU",
+            hint="systemctl enable --now nvidia-persistenced; journalctl -u nvidia-persistenced says why it stopped",
+        )
+    return Check(check_id, PASS, f"persistence mode is on for all {len(rows)} GPUs", observed=len(rows))
+
+
+def check_fabric(ctx: Context) -> Check:
+    check_id, summary = "services.fabric", "NVSwitch fabric set up by Fabric Manager"
+    entry = _services(ctx, "fabricmanager")
+    if not entry.get("wanted"):
+        return _not_asked(ctx, check_id, summary, entry)
+    rows, why = _smi_rows(ctx, check_id, summary, "fabric.state,fabric.status")
+    if why:
+        return why
+    bad = [row[0] for row in rows if row[1:3] != ["Completed", "Success"]]
+    if bad:
+        return Check(
+            check_id,
+            FAIL,
+            f"the fabric is not set up for GPU {', '.join(bad)}: CUDA does not initialise there",
+            observed={row[0]: row[1:] for row in rows},
+            expected="Completed, Success on every GPU",
+            hint="systemctl status nvidia-fabricmanager and journalctl -u nvidia-fabricmanager; Fabric Manager must "
+            "be exactly the driver's version (run playbooks/site.yml, stage gpu_services, after a driver change)",
+        )
+    return Check(check_id, PASS, f"fabric Completed, Success on all {len(rows)} GPUs", observed=len(rows))
+
+
+def _container_tool(entry: dict[str, Any]) -> tuple[str | None, str]:
+    """The runtime command that answers here (docker first), or None and why none does."""
+    runtimes = [r for r in ("docker", "podman") if r in (entry.get("runtimes") or []) and shutil.which(r)]
+    if not runtimes:
+        return None, "no docker or podman command here"
+    info = _run([runtimes[0], "info"], timeout=60)
+    if info.returncode != 0:
+        reason = (info.stderr or info.stdout).strip().splitlines()[-1:] or [f"exit {info.returncode}"]
+        return None, f"{runtimes[0]} does not answer ({reason[0][:200]})"
+    return runtimes[0], ""
+
+
+def check_container(ctx: Context) -> Check:
+    check_id, summary = "services.container", "a CUDA container sees the GPUs"
+    entry = _services(ctx, "container_toolkit")
+    if not entry.get("wanted"):
+        return _not_asked(ctx, check_id, summary, entry)
+    image = entry.get("verify_image")
+    tool, why = _container_tool(entry) if image else (None, "no image named (gpu_services_verify_container_image)")
+    if tool is None:
+        return Check(check_id, SKIP, f"{summary}: skipped, {why}", observed=why)
+    if not (ctx.proc / "driver/nvidia/version").exists():
+        return ctx.gpu_skip(check_id, summary, "no NVIDIA kernel module is loaded")
+    gpus = ["--gpus", "all"] if tool == "docker" else ["--device", "nvidia.com/gpu=all"]
+    run = _run([tool, "run", "--rm", *gpus, str(image), "nvidia-smi", "-L"], timeout=600)
+    listed = [line for line in run.stdout.splitlines() if line.startswith("GPU ")]
+    if run.returncode != 0 or not listed:
+        return Check(
+            check_id,
+            FAIL,
+            f"{tool} run {image} nvidia-smi -L lists no GPU",
+            observed=(run.stdout + run.stderr).strip()[-600:],
+            expected="GPU 0: ...",
+            hint="check the runtime's configuration (gpu_services: daemon.json's nvidia runtime, the CDI "
+            "specification for Podman) and run nvidia-ctk cdi generate after a driver change",
+        )
+    return Check(check_id, PASS, f"{tool} run {image} sees {len(listed)} GPUs", observed=listed)
+
+
 # --- running and reporting ---------------------------------------------------------------------------
 def _guarded(check_id: str, fn: Callable[[], Check | list[Check]]) -> list[Check]:
     """One check's crash is that check's failure, not the end of the run."""
@@ -886,6 +1000,9 @@ def run_checks(ctx: Context, *, distributed: bool = True) -> list[Check]:
         ("host.secure_boot", lambda: check_secure_boot(ctx)),
         ("gpu.compute", lambda: check_gpu_compute(ctx)),
         ("gpu.nvml_health", lambda: _nvml_or_skip(ctx)),
+        ("services.persistence_mode", lambda: check_persistence_mode(ctx)),
+        ("services.fabric", lambda: check_fabric(ctx)),
+        ("services.container", lambda: check_container(ctx)),
     ]
     return [check for check_id, fn in plan for check in _guarded(check_id, fn)] + first
 
