@@ -880,47 +880,56 @@ def _smi_rows(ctx: Context, check_id: str, summary: str, fields: str) -> tuple[l
     return rows, None
 
 
-def check_persistence_mode(ctx: Context) -> Check:
-    check_id, summary = "services.persistence_mode", "persistence mode on every GPU"
-    entry = _services(ctx, "persistenced")
+def _per_gpu_state(
+    ctx: Context, check_id: str, what: str, *, service: str, fields: str, good: list[str], hint: str
+) -> Check:
+    """A state gpu_services' daemon sets on every GPU (nvidia-smi's `fields`), where its record says
+    the stack asks for the daemon: `good` on every GPU, else a failure naming the GPUs."""
+    entry = _services(ctx, service)
     if not entry.get("wanted"):
-        return _not_asked(ctx, check_id, summary, entry)
-    rows, why = _smi_rows(ctx, check_id, summary, "persistence_mode")
+        return _not_asked(ctx, check_id, what, entry)
+    rows, why = _smi_rows(ctx, check_id, what, fields)
     if why:
         return why
-    off = [row[0] for row in rows if row[1:2] != ["Enabled"]]
-    if off:
-        return Check(
-            check_id,
-            FAIL,
-            f"persistence mode is off on GPU {', '.join(off)}",
-            observed={row[0]: row[1:] for row in rows},
-            expected="Enabled on every GPU",
-            hint="systemctl enable --now nvidia-persistenced; journalctl -u nvidia-persistenced says why it stopped",
-        )
-    return Check(check_id, PASS, f"persistence mode is on for all {len(rows)} GPUs", observed=len(rows))
-
-
-def check_fabric(ctx: Context) -> Check:
-    check_id, summary = "services.fabric", "NVSwitch fabric set up by Fabric Manager"
-    entry = _services(ctx, "fabricmanager")
-    if not entry.get("wanted"):
-        return _not_asked(ctx, check_id, summary, entry)
-    rows, why = _smi_rows(ctx, check_id, summary, "fabric.state,fabric.status")
-    if why:
-        return why
-    bad = [row[0] for row in rows if row[1:3] != ["Completed", "Success"]]
+    bad = [row[0] for row in rows if row[1 : 1 + len(good)] != good]
     if bad:
         return Check(
             check_id,
             FAIL,
-            f"the fabric is not set up for GPU {', '.join(bad)}: CUDA does not initialise there",
+            f"{what} is not {', '.join(good)} on GPU {', '.join(bad)}",
             observed={row[0]: row[1:] for row in rows},
-            expected="Completed, Success on every GPU",
-            hint="systemctl status nvidia-fabricmanager and journalctl -u nvidia-fabricmanager; Fabric Manager must "
-            "be exactly the driver's version (run playbooks/site.yml, stage gpu_services, after a driver change)",
+            expected=f"{', '.join(good)} on every GPU",
+            hint=hint,
         )
-    return Check(check_id, PASS, f"fabric Completed, Success on all {len(rows)} GPUs", observed=len(rows))
+    return Check(check_id, PASS, f"{what}: {', '.join(good)} on all {len(rows)} GPUs", observed=len(rows))
+
+
+def check_persistence_mode(ctx: Context) -> Check:
+    return _per_gpu_state(
+        ctx,
+        "services.persistence_mode",
+        "persistence mode",
+        service="persistenced",
+        fields="persistence_mode",
+        good=["Enabled"],
+        hint="systemctl enable --now nvidia-persistenced; journalctl -u nvidia-persistenced says why it stopped",
+    )
+
+
+def check_fabric(ctx: Context) -> Check:
+    """Without the fabric set up (Fabric Manager of the driver's exact version), CUDA does not
+    initialise on an NVSwitch board."""
+    return _per_gpu_state(
+        ctx,
+        "services.fabric",
+        "the NVSwitch fabric",
+        service="fabricmanager",
+        fields="fabric.state,fabric.status",
+        good=["Completed", "Success"],
+        hint="CUDA does not initialise without it: systemctl status nvidia-fabricmanager and journalctl -u "
+        "nvidia-fabricmanager; Fabric Manager must be exactly the driver's version (run playbooks/site.yml, stage "
+        "gpu_services, after a driver change)",
+    )
 
 
 def _container_tool(entry: dict[str, Any]) -> tuple[str | None, str]:

@@ -7,7 +7,6 @@ refusals, and that check mode changes nothing on the controller."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 import yaml
 
 from gpuenv import hostparse
-from gpuenv.tests.conftest import run_tool
+from gpuenv.tests.conftest import check_mode_plans
 
 pytestmark = pytest.mark.ansible
 
@@ -124,29 +123,10 @@ def _controller_files() -> dict[str, bool]:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory, venv_env: dict[str, str]) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("services-check")
-    env = dict(venv_env)
-    env.update(
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline",
-        ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"),
-        ANSIBLE_LIBRARY=f"{PLAYBOOK.parent / 'library'}:{REPO / 'plugins' / 'modules'}",
-    )
     inv = _inventory(tmp)
     docker_before = {h: (tmp / h / "daemon.json").read_bytes() for h in HOSTS if (tmp / h / "daemon.json").exists()}
     before = _controller_files()
-    run = run_tool("ansible-playbook", "--check", "-i", str(inv), str(PLAYBOOK), env=env, timeout=600)
-    plans: dict[str, Any] = {}
-    failures: dict[str, str] = {}
-    for line in run.stdout.splitlines():
-        match = re.match(r"^(\S+) \| (SUCCESS|CHANGED|FAILED!) => (\{.*\})$", line)
-        if not match:
-            continue
-        host, status, body = match.groups()
-        msg = json.loads(body).get("msg")
-        if status == "FAILED!":
-            failures[host] = str(msg)
-        elif isinstance(msg, dict) and "gpu_services" in msg:
-            plans[host] = msg
+    run, plans, failures = check_mode_plans(PLAYBOOK, inv, tmp, venv_env, "gpu_services", timeout=600)
     return {
         "run": run,
         "plans": plans,
@@ -209,23 +189,22 @@ def test_rhel_family_names_and_podman(results: dict[str, Any]) -> None:
     assert "gpu_services_container_runtimes" in ws["why"]
 
 
+# Each refused host, with what its message must say: what is wrong and how to fix it.
+REFUSALS = {
+    "debian12-hgx-debian-source": ["has no Fabric Manager package", "nvidia_driver_source: nvidia_repo"],
+    "ubuntu2204-toolkit-nokey": ["gpu_services_container_toolkit_key_checksum", "sha256sum"],
+    "ubuntu2204-broken-docker-json": ["is not valid JSON", "fix or remove it"],
+    "rocky9-docker-install": ["docker.io only", "name podman in gpu_services_container_runtimes"],
+    "ubuntu2204-unknown-runtime": ["configures docker, containerd and podman"],
+}
+
+
 def test_refusals_say_what_to_fix(results: dict[str, Any]) -> None:
-    failures = results["failures"]
-    assert set(failures) == {
-        "debian12-hgx-debian-source",
-        "ubuntu2204-toolkit-nokey",
-        "ubuntu2204-broken-docker-json",
-        "rocky9-docker-install",
-        "ubuntu2204-unknown-runtime",
-    }, failures
-    assert "has no Fabric Manager package" in failures["debian12-hgx-debian-source"]
-    assert "nvidia_driver_source: nvidia_repo" in failures["debian12-hgx-debian-source"]
-    assert "gpu_services_container_toolkit_key_checksum" in failures["ubuntu2204-toolkit-nokey"]
-    assert "sha256sum" in failures["ubuntu2204-toolkit-nokey"]
-    assert "is not valid JSON" in failures["ubuntu2204-broken-docker-json"]
-    assert "fix or remove it" in failures["ubuntu2204-broken-docker-json"]
-    assert "docker.io only" in failures["rocky9-docker-install"]
-    assert "configures docker, containerd and podman" in failures["ubuntu2204-unknown-runtime"]
+    assert set(results["failures"]) == set(REFUSALS), results["failures"]
+    for host, phrases in REFUSALS.items():
+        for phrase in phrases:
+            assert phrase in results["failures"][host], (host, results["failures"][host])
+        assert "Nothing was changed" in results["failures"][host], host
 
 
 def test_check_mode_changes_nothing_on_the_controller(results: dict[str, Any]) -> None:
