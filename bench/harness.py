@@ -61,7 +61,8 @@ END = "<!-- bench/run: end -->"
 # site.yml's plays, as the stages the charts show beside the floor's.
 STAGES = [
     ("preflight", ("Preflight of the declared GPU stack", "Record the checked stack on each host")),
-    ("driver", ("Install the NVIDIA driver",)),
+    # The services beside the driver (persistence daemon, Fabric Manager, container toolkit) count with it.
+    ("driver", ("Install the NVIDIA driver", "Install the GPU services")),
     ("cuda", ("Install the CUDA toolkit and cuDNN",)),
     ("env", ("Build the PyTorch environment",)),
     ("verify", ("Verify each host", "Write the fleet report")),

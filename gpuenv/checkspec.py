@@ -31,10 +31,14 @@ def check_mapping(
     backend: str | None = None,
     *,
     cudnn_fetch: str = "manifest",
+    nvswitches: Iterable[Mapping[str, str]] = (),
+    services_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Judge a `gpu_stack` mapping; the result is a JSON-able dict (see report.to_dict). `backend`
     is the environment's (pytorch_env_backend: venv by default, conda), `cudnn_fetch` how the
-    cudnn role gets its tarball (cudnn_fetch_mode)."""
+    cudnn role gets its tarball (cudnn_fetch_mode), `nvswitches` the host's NVSwitch chips
+    (hostparse.nvswitches) and `services_settings` nvidia_driver_source and
+    gpu_services_fabricmanager beside the stack (rule fabric-manager)."""
     if not isinstance(raw, Mapping):
         return invalid_dict([f"gpu_stack must be a mapping of keys to values, not {type(raw).__name__}."], origin)
     data = load()
@@ -42,7 +46,17 @@ def check_mapping(
         stack = parse_stack(dict(raw), data)
     except SpecError as exc:
         return invalid_dict(exc.problems, origin)
-    return to_dict(check(stack, data, host_gpus, host_facts, backend, cudnn_fetch=cudnn_fetch), data, origin)
+    report = check(
+        stack,
+        data,
+        host_gpus,
+        host_facts,
+        backend,
+        cudnn_fetch=cudnn_fetch,
+        nvswitches=nvswitches,
+        services_settings=services_settings,
+    )
+    return to_dict(report, data, origin)
 
 
 def check_file(path: Path, gpu_override: list[str] | None = None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ Tested in gpuenv/tests/test_drift.py.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gpuenv import hostparse
@@ -30,6 +31,42 @@ def _xy(version: str) -> str:
 _TOOLING = {"pip", "setuptools", "wheel"}
 
 
+# The daemons gpu_services enables (its record's keys), with the unit each runs as.
+SERVICE_UNITS = {"persistenced": "nvidia-persistenced", "fabricmanager": "nvidia-fabricmanager"}
+
+
+def service_checks(record: Any, units: Mapping[str, Any] | None) -> list[Check]:
+    """drift.<service> for each daemon gpu_services set up (its record, gpu_services.fact, says
+    wanted): its unit must exist and be enabled, as systemd reports it (service_facts: {"x.service":
+    {"status": "enabled", ...}}). A removed package leaves no unit: missing."""
+    checks: list[Check] = []
+    if not isinstance(record, Mapping):
+        return checks
+    for key, default_unit in SERVICE_UNITS.items():
+        entry = record.get(key)
+        if not isinstance(entry, Mapping) or not entry.get("wanted"):
+            continue
+        unit = str(entry.get("unit") or default_unit)
+        live = (units or {}).get(f"{unit}.service")
+        status = str(live.get("status")) if isinstance(live, Mapping) else "missing"
+        ok = status == "enabled"
+        checks.append(
+            _check(
+                f"drift.{key}",
+                ok,
+                f"{unit} is enabled"
+                if ok
+                else f"{unit} is {'missing (no unit: its package was removed?)' if status == 'missing' else status}"
+                f", though gpu_services set it up ({entry.get('why', '')})",
+                status,
+                "enabled",
+                hint=f"systemctl enable --now {unit}, or run playbooks/site.yml (stage gpu_services) to install and "
+                "enable it again; set gpu_services_" + key + ": off where the host should not run it",
+            )
+        )
+    return checks
+
+
 def compare(
     resolved: dict[str, Any],
     facts: dict[str, Any],
@@ -38,9 +75,11 @@ def compare(
     env_link: str | None,
     lock: str | None,
     freeze: str | None,
+    services: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The drift checks of one host (as the report's dicts): its records and what is live, against
-    the declared stack."""
+    the declared stack. services: the host's systemd units as service_facts reports them, for the
+    daemons gpu_services recorded (service_checks)."""
     checks: list[Check] = []
     record = facts.get("gpuenv") or {}
     recorded = (record.get("resolved") or {}) if isinstance(record, dict) else {}
@@ -160,6 +199,7 @@ def compare(
                 "to rebuild it from its lock, or declare them in gpu_stack.packages",
             )
         )
+    checks.extend(service_checks(facts.get("gpu_services"), services))
     return [c.as_dict() for c in checks]
 
 

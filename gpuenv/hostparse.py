@@ -125,3 +125,52 @@ def parse_freeze(text: str) -> dict[str, str]:
 def normalise(name: str) -> str:
     """PEP 503's normalised project name."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# `lspci -nn` (and `-Dnn`): "0005:00:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:1af1] (rev a1)".
+# The vendor:device pair is the last bracketed pair of four hex digits before an optional "(rev xx)";
+# names may carry brackets of their own ("GA100 [A100 SXM4 80GB]").
+_LSPCI_NN = re.compile(
+    r"^(?P<slot>(?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\s+"
+    r"(?P<class_name>[^\[]+?)\s+\[(?P<class>[0-9a-f]{4})\]:\s+"
+    r"(?P<name>.*?)\s*\[(?P<vendor>[0-9a-f]{4}):(?P<device>[0-9a-f]{4})\]"
+    r"(?:\s+\(rev [0-9a-f]+\))?(?:\s+\(prog-if.*)?\s*$",
+    re.IGNORECASE,
+)
+
+# NVSwitch chips as the host sees them: NVIDIA (10de) devices of PCI class 0680 ("Bridge", other), the
+# class the NVSwitch kernel driver claims. NVIDIA made other 10de:0680 devices too (the nForce
+# chipsets' Ethernet, e.g. MCP61's 10de:03ef), so a device counts only by a known NVSwitch ID or a
+# name pci.ids gives as "... NVSwitch". IDs (pci.ids, NVIDIA's Fabric Manager user guide):
+#   1ac2  NVSwitch gen1, HGX-2 (V100)
+#   1af1  NVSwitch gen2, HGX A100 ("GA100 [A100 NVSwitch]"; older pci.ids say "Device")
+#   22a3  NVSwitch gen3, HGX H100/H200 ("GH100 [H100 NVSwitch]")
+# HGX B200/B300's NVSwitches are not PCI devices on the host (the guide), and GB200/GB300 compute
+# trays carry none: lspci cannot find them there (gpu_services_fabricmanager: on).
+NVSWITCH_DEVICE_IDS = {"1ac2": 1, "1af1": 2, "22a3": 3}
+
+
+def pci_devices(text: str) -> list[dict[str, str]]:
+    """`lspci -nn` as [{slot, class, class_name, vendor, device, name}] (hex in lower case). Lines
+    of other forms (`lspci` without -nn, the indented detail lines of -v) are skipped."""
+    found = []
+    for line in text.splitlines():
+        match = _LSPCI_NN.match(line.strip())
+        if match:
+            entry = match.groupdict()
+            found.append({k: v.lower() if k in ("class", "vendor", "device") else v for k, v in entry.items()})
+    return found
+
+
+def nvswitches(text: str) -> list[dict[str, str]]:
+    """The NVSwitch chips in `lspci -nn` output, each as pci_devices() gives it plus "generation"
+    ("" when only the name tells it is one)."""
+    switches = []
+    for dev in pci_devices(text):
+        if dev["vendor"] != "10de" or dev["class"] != "0680":
+            continue
+        generation = NVSWITCH_DEVICE_IDS.get(dev["device"])
+        if generation is None and not re.search(r"\bNVSwitch\b", dev["name"], re.IGNORECASE):
+            continue
+        switches.append({**dev, "generation": str(generation or "")})
+    return switches

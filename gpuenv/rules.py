@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv import archcompat, versions
+from gpuenv import archcompat, services, versions
 from gpuenv.compat import CompatData, TorchRelease, TorchVariant, load
 from gpuenv.stack import Stack
 
@@ -85,6 +85,7 @@ class _Checker:
         self.variant: TorchVariant | None = None
         self.variant_derived = False
         self.host_os: str | None = None
+        self.nvswitches: list[dict[str, str]] = []
 
     def add(self, rule: str, severity: str, message: str, why: str, fix: str, *sources: str) -> None:
         self.findings.append(Finding(rule, severity, message, why, fix, list(sources)))
@@ -657,6 +658,61 @@ class _Checker:
                 "derived",
             )
 
+    def check_fabric(self, nvswitches: Iterable[Mapping[str, str]], settings: Mapping[str, Any] | None) -> None:
+        """An NVSwitch board (HGX) runs no CUDA until Fabric Manager, of exactly the driver's version,
+        has set its switches up: refuse a driver the host cannot get a matching Fabric Manager for.
+        settings: gpu_services_fabricmanager and nvidia_driver_source beside the stack (None: those
+        roles' defaults, auto and debian). Whether the repository has the exact version is checked by
+        gpu_services against the repository's index."""
+        self.nvswitches = [dict(s) for s in nvswitches]
+        if not self.nvswitches:
+            return
+        settings = settings or {}
+        given = settings.get("gpu_services_fabricmanager")
+        mode = "auto" if given is None else services.mode_of(given)
+        source = str(settings.get("nvidia_driver_source") or "debian")
+        switches = services.nvswitch_summary(self.nvswitches)
+        why = (
+            "on an NVSwitch board CUDA fails to initialise until NVIDIA Fabric Manager, of exactly the driver's "
+            "version, has configured the switches"
+        )
+        entry = self.data.raw["services"]["fabric_manager"]
+        branch = self.stack.driver.split(".")[0]
+        if mode == "off":
+            self.add(
+                "fabric-manager",
+                ERROR,
+                f"the host has {switches} and gpu_services_fabricmanager is off",
+                f"{why}; gpuenv would set driver {self.stack.driver} up without the Fabric Manager that must match it",
+                "set gpu_services_fabricmanager: auto (or on): gpu_services installs nvidia-fabricmanager of the "
+                "driver's version and holds it with the driver",
+                "nv_fm_guide",
+            )
+        elif source == "debian":
+            self.add(
+                "fabric-manager",
+                ERROR,
+                f"the host has {switches}, and Debian's driver packages (nvidia_driver_source: debian) come "
+                "with no Fabric Manager",
+                f"{why}; Debian's archive has no Fabric Manager package, NVIDIA's repository has one for each "
+                "driver version",
+                "set nvidia_driver_source: nvidia_repo for this host's group (NVIDIA's repository carries "
+                "nvidia-fabricmanager of every driver version)",
+                "nv_fm_guide",
+                "debian_packages",
+            )
+        elif branch.isdigit() and int(branch) < int(entry["first_branch"]):
+            self.add(
+                "fabric-manager",
+                ERROR,
+                f"the host has {switches}, and driver {self.stack.driver} is older than the first branch with "
+                f"Fabric Manager packages (R{entry['first_branch']})",
+                f"{why}; NVIDIA packages Fabric Manager from R{entry['first_branch']} on",
+                f"pin a driver of R{entry['first_branch']} or newer in gpu_stack.driver",
+                "nv_fm_guide",
+                entry["source"],
+            )
+
     def check_os_python(self, backend: str | None) -> None:
         """The venv backend builds from the OS's python3.X package: a Python the OS does not ship
         fails on the host only after the driver and CUDA stages changed it, so refuse it here."""
@@ -712,6 +768,8 @@ class _Checker:
         out["torch_conda_pytorch_channel"] = bool(self.series and self.series.conda_pytorch_channel)
         out["from_profile"] = self.stack.from_profile
         out["host_os"] = self.host_os
+        # The NVSwitch chips the preflight found on the PCI bus (gpu_services' Fabric Manager: auto).
+        out["nvswitches"] = self.nvswitches
         out["gpus"] = [
             {"label": g.label, "cc": g.cc, "origin": g.origin, "generation": g.generation} for g in self.gpus
         ]
@@ -744,9 +802,12 @@ def check(
     backend: str | None = None,
     *,
     cudnn_fetch: str = "manifest",
+    nvswitches: Iterable[Mapping[str, str]] = (),
+    services_settings: Mapping[str, Any] | None = None,
 ) -> Report:
-    """Judge a well-formed stack (and, where given, the host's GPUs and OS, the environment's
-    backend, and how the cudnn role gets its tarball: cudnn_fetch_mode) against the data."""
+    """Judge a well-formed stack (and, where given, the host's GPUs, NVSwitches and OS, the
+    environment's backend, how the cudnn role gets its tarball: cudnn_fetch_mode, and the driver
+    and services settings check_fabric reads) against the data."""
     checker = _Checker(stack, data or load(), cudnn_fetch)
     checker.resolve_gpus(host_gpus)
     checker.check_toolkit()
@@ -758,4 +819,5 @@ def check(
         checker.check_gpu(gpu)
     checker.check_os(host_facts)
     checker.check_os_python(backend)
+    checker.check_fabric(nvswitches, services_settings)
     return Report(stack=stack, gpus=checker.gpus, findings=checker.findings, resolved=checker.resolved())

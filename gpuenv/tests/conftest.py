@@ -1,11 +1,22 @@
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+# torch's compiler (dynamo, which the compute checks' optimizer steps import) registers its stand-ins
+# for builtins such as sys.intern when first imported, and refuses the wrapper Ansible's module_utils
+# put in its place: imported first, before any test loads ansible.module_utils.basic, it keeps
+# working in one pytest run with both.
+with contextlib.suppress(ImportError):
+    import torch._dynamo  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,6 +32,35 @@ def run_tool(name: str, *args: str, env: dict[str, str], timeout: float) -> subp
         check=False,
         timeout=timeout,
     )
+
+
+def check_mode_plans(
+    playbook: Path, inventory: Path, tmp: Path, env: dict[str, str], plan_key: str, *, timeout: float
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], dict[str, str]]:
+    """A role's plan in check mode on the controller (gpuenv/tests/ansible/: each inventory host the
+    controller reporting another OS through the test modules in library/): the run, the debug
+    message holding `plan_key` of each host that got that far, and each failed host's message."""
+    env = dict(env)
+    env.update(
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline",
+        ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"),
+        ANSIBLE_LIBRARY=f"{playbook.parent / 'library'}:{REPO / 'plugins' / 'modules'}",
+    )
+    run = run_tool("ansible-playbook", "--check", "-i", str(inventory), str(playbook), env=env, timeout=timeout)
+    plans: dict[str, Any] = {}
+    failures: dict[str, str] = {}
+    for line in run.stdout.splitlines():
+        match = re.match(r"^(\S+) \| (SUCCESS|CHANGED|FAILED!) => (\{.*\})$", line)
+        if not match:
+            continue
+        host, status, body = match.groups()
+        msg = json.loads(body).get("msg")
+        if status == "FAILED!":
+            failures[host] = str(msg)
+        elif isinstance(msg, dict) and plan_key in msg:
+            plans[host] = msg
+    return run, plans, failures
 
 
 @pytest.fixture

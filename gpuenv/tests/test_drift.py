@@ -171,3 +171,41 @@ def test_the_rollout_summary_names_every_host(rollout: Any) -> None:
     assert "verify pass; upgrade failed at x" in text
     assert "| sb3 | - | untouched: the rollout stopped before its batch | driver 535, CUDA 12.1.1" in text
     assert rollout.render(hosts | {"sb3": {"state": "upgraded", "batch": 3}}, None).startswith("Rollout complete")
+
+
+# What gpu_services records (roles/gpu_services/tasks/record.yml) on an HGX host that got both
+# daemons, and what service_facts reports of their units.
+SERVICES_RECORD = {
+    "persistenced": {"wanted": True, "why": "auto: data-centre GPU A100", "unit": "nvidia-persistenced"},
+    "fabricmanager": {"wanted": True, "why": "auto: 6 NVSwitches (10de:1af1, gen 2) on the PCI bus"},
+    "container_toolkit": {"wanted": False, "why": "auto: no container runtime on the host"},
+}
+
+
+def _units(**status: str) -> dict[str, dict[str, str]]:
+    return {
+        f"{unit}.service": {"name": f"{unit}.service", "state": "running", "status": s, "source": "systemd"}
+        for unit, s in status.items()
+    }
+
+
+def test_the_daemons_gpu_services_set_up_must_stay_enabled() -> None:
+    facts = {**_facts(), "gpu_services": SERVICES_RECORD}
+    ok = _compare(facts, services=_units(**{"nvidia-persistenced": "enabled", "nvidia-fabricmanager": "enabled"}))
+    assert ok["drift.persistenced"]["status"] == ok["drift.fabricmanager"]["status"] == "pass"
+    # one disabled by hand, the other's package removed (no unit left)
+    bad = _compare(facts, services=_units(**{"nvidia-persistenced": "disabled"}))
+    assert bad["drift.persistenced"]["status"] == "fail"
+    assert bad["drift.persistenced"]["observed"] == "disabled"
+    assert "systemctl enable --now nvidia-persistenced" in bad["drift.persistenced"]["hint"]
+    assert bad["drift.fabricmanager"]["status"] == "fail"
+    assert "nvidia-fabricmanager is missing" in bad["drift.fabricmanager"]["summary"]
+    # the toolkit is no daemon, and a service gpu_services left off is not checked
+    assert "drift.container_toolkit" not in bad
+
+
+def test_a_host_without_services_gets_no_service_checks() -> None:
+    off = {"persistenced": {"wanted": False}, "fabricmanager": {"wanted": False}}
+    assert not any(k.startswith(("drift.persistenced", "drift.fabricmanager")) for k in _compare(services={}))
+    checks = _compare({**_facts(), "gpu_services": off}, services={})
+    assert "drift.persistenced" not in checks

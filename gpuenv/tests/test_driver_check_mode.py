@@ -4,8 +4,6 @@ and that check mode touches nothing. Each inventory host is the controller repor
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuenv.tests.conftest import run_tool
+from gpuenv.tests.conftest import check_mode_plans
 
 pytestmark = pytest.mark.ansible
 
@@ -72,28 +70,8 @@ def _inventory(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory, venv_env: dict[str, str]) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("driver-check")
-    env = dict(venv_env)
-    env.update(
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.oneline",
-        ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"),
-        ANSIBLE_LIBRARY=f"{PLAYBOOK.parent / 'library'}:{REPO / 'plugins' / 'modules'}",
-    )
     before = _controller_files()
-    run = run_tool("ansible-playbook", "--check", "-i", str(_inventory(tmp)), str(PLAYBOOK), env=env, timeout=300)
-    plans: dict[str, Any] = {}
-    failures: dict[str, str] = {}
-    for line in run.stdout.splitlines():
-        match = re.match(r"^(\S+) \| (SUCCESS|CHANGED|FAILED!) => (\{.*\})$", line)
-        if not match:
-            continue
-        host, status, body = match.groups()
-        result = json.loads(body)
-        msg = result.get("msg")
-        if status == "FAILED!":
-            failures[host] = str(msg)
-        elif isinstance(msg, dict) and "would_install" in msg:
-            plans[host] = msg
+    run, plans, failures = check_mode_plans(PLAYBOOK, _inventory(tmp), tmp, venv_env, "would_install", timeout=300)
     return {
         "run": run,
         "plans": plans,

@@ -116,11 +116,11 @@ def test_a_host_verify_could_not_check_and_a_stale_report_are_marked(tmp_path: P
 
 
 def test_a_check_id_with_a_new_prefix_gets_its_own_column(tmp_path: Path) -> None:
-    _write(tmp_path, "sb1", [model.Check("services.persistenced", "fail", "not running", hint="start it")])
+    _write(tmp_path, "sb1", [model.Check("rdma.link", "fail", "no InfiniBand link", hint="check the cable")])
     md = fleetreport.markdown(fleetreport.load(tmp_path))
     header = md.splitlines()[0]
-    assert header.split(" | ")[-len(fleetreport._VERSIONS) - 1] == "services"
-    assert "| sb1 **FAILED** | - | - | - | - | - | - | - | FAIL |" in md
+    assert header.split(" | ")[-len(fleetreport._VERSIONS) - 1] == "rdma"
+    assert "| sb1 **FAILED** | - | - | - | - | - | - | - | - | FAIL |" in md
 
 
 def test_a_report_with_an_unreadable_time_is_stale_not_a_crash(tmp_path: Path) -> None:

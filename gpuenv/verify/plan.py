@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuenv.verify import compute, cuda_tree, distributed, driver, host, nvml, torchenv
+from gpuenv.verify import compute, cuda_tree, distributed, driver, host, nvml, services, torchenv
 from gpuenv.verify.base import Context, Spec
 from gpuenv.verify.model import Check
 
@@ -16,6 +16,7 @@ CHECKS: list[Spec] = [
     *host.CHECKS.specs,
     *compute.CHECKS.specs,
     *nvml.CHECKS.specs,
+    *services.CHECKS.specs,
     *distributed.CHECKS.specs,
 ]
 _DISTRIBUTED = distributed.CHECKS.specs

@@ -24,8 +24,10 @@ def gpuenv_drift(
     env_link: str | None = None,
     lock: str | None = None,
     freeze: str | None = None,
+    services: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The drift.* checks of one host, in gpuenv verify's check format."""
+    """The drift.* checks of one host, in gpuenv verify's check format (services: service_facts'
+    ansible_facts.services)."""
     return drift.compare(
         dict(resolved or {}),
         dict(facts or {}),
@@ -33,6 +35,7 @@ def gpuenv_drift(
         env_link=env_link or None,
         lock=lock,
         freeze=freeze,
+        services=dict(services or {}),
     )
 
 
