@@ -19,13 +19,16 @@ from gpuenv.tests.conftest import REPO, run_tool
 
 MIRROR = f"http://{fleet.controller_ip()}:{fleet.MIRROR_PORT}"
 CACHE = fleet.cache_url()
+# torch's CPU build from the local mirror's copy of PyTorch's CPU index: what the fleet tests check
+# is the orchestration (batches, rollbacks, switches, faults), and a CPU environment builds in
+# seconds where a CUDA one takes minutes; CUDA builds of torch are the subject of molecule's
+# verify and pytorch_env scenarios.
 BASE_STACK = {
-    "profile": "torch-2.5-cu124",
     "driver": "535",
     "cudnn": "9.1.0.70",
     "python": "3.11",
-    "torch": "2.5.1",
-    "torch_variant": "cu124",
+    "torch": "2.13.0",
+    "torch_variant": "cpu",
 }
 STACK_A = {**BASE_STACK, "cuda": "12.1.1"}
 STACK_B = {**BASE_STACK, "cuda": "12.4.1"}
@@ -35,6 +38,9 @@ SITE_VARS = {
     "cudnn_redist_url": f"{MIRROR}/compute/cudnn/redist",
     "cuda_toolkit_components": ["cuda_cudart", "cuda_nvcc", "cuda_nvrtc"],
     "pytorch_env_pypi_url": f"{CACHE}/pypi/simple",
+    "pytorch_env_torch_index": f"{MIRROR}/whl/{{variant}}",
+    # The mirror's CPU index holds torch alone.
+    "pytorch_env_companions": [],
     "nvidia_driver_mode": "userspace",
 }
 

@@ -155,11 +155,14 @@ def test_a_mirror_out_of_reach_is_named_and_slow_or_cut_links_still_converge(sit
         faults.restore("sb2")
     assert slow.returncode == 0, slow.stdout[-4000:]
     assert link("sb2", "/usr/local/cuda") == "/usr/local/cuda-11.8"
-    # The link cut for seconds while pip downloads the environment's packages: pip tries again.
+    # The link cut for seconds while pip downloads the environment's packages (slowed, so that the
+    # cut lands in the download): pip tries again, and the run goes on.
+    faults.slow("sb2", "16mbit")
     run = site.start("env.yml", "--limit", "sb2")
-    assert wait_for("sb2", "pgrep -f 'envs/.store/default-.*/bin/python -m pip install'", 900)
-    faults.cut("sb2")
     try:
+        assert wait_for("sb2", "pgrep -f 'envs/.store/default-.*/bin/python -m pip install'", 900)
+        subprocess.run(["sleep", "5"], check=True)  # noqa: S607
+        faults.cut("sb2")
         # Longer than pip's 15 s socket timeout, shorter than SSH's minute of keep-alives.
         subprocess.run(["sleep", "20"], check=True)  # noqa: S607
     finally:
