@@ -1,21 +1,27 @@
-"""The sandbox's local conda channel: conda-forge's names and build strings from a wheel's metadata,
-recipes that rattler-build builds, a cache keyed by the recipe's hash, and an index py-rattler
-solves against.
-
-The unit tests build small channels from wheels made here (seconds). test_channel_installs_pytorch
-builds the real channel (or finds it cached): CPython from its tarballs and torch with its CUDA
-libraries; cold, that is about 3.5 GB from PyPI and Debian and minutes of compiling.
+"""The sandbox's conda channel: conda-forge's names and build strings from wheels' metadata, rattler-build
+recipes cached by their hash, a py-rattler index. Unit tests build small channels from wheels made here
+(seconds); the last three build the real one or find it cached (cold: about 3.5 GB downloaded, Python
+compiled twice; see README "The local conda channel") and install pytorch from it with py-rattler.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import http.server
 import json
+import shutil
 import subprocess
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import rattler
+import rattler.exceptions
 import yaml
 from rattler.package_streaming import extract
 
@@ -41,25 +47,13 @@ def _specs(requires: list[str], pythons: dict[str, str]) -> list[str]:
 
 
 def test_requirements_become_conda_forge_specs_for_the_target_python() -> None:
-    assert _specs(TORCH_251, {"3.13": "3.13.5"}) == [
-        "filelock",
-        "typing_extensions >=4.8.0",
-        "cudnn ==9.1.0.70",
-        "setuptools",
-        "sympy ==1.13.1",
-    ]
+    want = ["filelock", "typing_extensions >=4.8.0", "cudnn ==9.1.0.70", "setuptools", "sympy ==1.13.1"]
+    assert _specs(TORCH_251, {"3.13": "3.13.5"}) == want
     # For 3.11 torch 2.5.1 wants triton and not setuptools.
-    assert _specs(TORCH_251, {"3.11": "3.11.2"}) == [
-        "filelock",
-        "typing_extensions >=4.8.0",
-        "cudnn ==9.1.0.70",
-        "triton ==3.1.0",
-        "sympy ==1.13.1",
-    ]
-    assert _specs(["mpmath <1.4,>=1.1.0", "MarkupSafe>=2.0"], {"3.11": "3.11.2"}) == [
-        "mpmath <1.4,>=1.1.0",
-        "markupsafe >=2.0",
-    ]
+    want = ["filelock", "typing_extensions >=4.8.0", "cudnn ==9.1.0.70", "triton ==3.1.0", "sympy ==1.13.1"]
+    assert _specs(TORCH_251, {"3.11": "3.11.2"}) == want
+    want = ["mpmath <1.4,>=1.1.0", "markupsafe >=2.0"]
+    assert _specs(["mpmath <1.4,>=1.1.0", "MarkupSafe>=2.0"], {"3.11": "3.11.2"}) == want
 
 
 def test_a_noarch_package_cannot_depend_on_the_python_version() -> None:
@@ -110,10 +104,11 @@ def _wheel(folder: Path, project: str, version: str, files: dict[str, bytes], me
 
 
 def _entry(path: Path, kind: str, **more: Any) -> dict[str, Any]:
+    url = f"https://127.0.0.1:9/{path.name}"  # never reached: the file is in `local`
     return {
         "kind": kind,
         "file": path.name,
-        "url": f"https://127.0.0.1:9/{path.name}",  # never reached: the file is in `local`
+        "url": url,
         "sha256": mirror.digest(path),
         "local": [str(path.parent)],
         **more,
@@ -126,6 +121,8 @@ def test_noarch_recipe_from_a_wheel(tmp_path: Path) -> None:
     wheel = _wheel(tmp_path, "demo", "1.0", {"demo/__init__.py": b""}, meta, eps)
     info = pypi2conda.read_wheel(wheel)
     assert info.console_scripts == {"demo": "demo.cli:main"}
+    with pytest.raises(SandboxError, match="not a plain name"):  # the names go into a shell script
+        pypi2conda.entry_point("evil", "os; rm -rf /:main")
     r = recipes.wheel_recipe(_entry(wheel, "noarch"), info, {"3.11": "3.11.2", "3.13": "3.13.5"}, NAMES)
     doc = yaml.safe_load(r.text)
     assert (r.name, r.version, r.subdir) == ("demo", "1.0", "noarch")
@@ -167,11 +164,6 @@ def test_pytorch_recipe_names_the_build_as_conda_forge(tmp_path: Path) -> None:
     assert '> "$PREFIX/bin/torchrun"' in script
 
 
-def test_entry_points_that_are_not_plain_names_are_refused() -> None:
-    with pytest.raises(SandboxError, match="not a plain name"):
-        pypi2conda.entry_point("evil", "os; rm -rf /:main")
-
-
 def _nvidia(folder: Path, project: str, version: str, lib: str, payload: bytes, requires: str = "") -> Path:
     sub = project.removeprefix("nvidia-").removesuffix("-cu12")
     files = {f"nvidia/{sub}/lib/{lib}": payload, f"nvidia/{sub}/include/{sub}.h": b"/* */\n"}
@@ -185,9 +177,8 @@ def small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setenv("GPUENV_CACHE", str(tmp_path / "cache"))
     libz = Path("/lib/x86_64-linux-gnu/libz.so.1").read_bytes()  # zlib is essential on Debian
     foo = _nvidia(tmp_path / "wheels", "nvidia-foo-cu12", "12.4.1", "libfoo.so.12", libz)
-    bar = _nvidia(
-        tmp_path / "wheels", "nvidia-bar-cu12", "1.0", "libbar.so.1", libz, "Requires-Dist: nvidia-foo-cu12\n"
-    )
+    needs_foo = "Requires-Dist: nvidia-foo-cu12\n"
+    bar = _nvidia(tmp_path / "wheels", "nvidia-bar-cu12", "1.0", "libbar.so.1", libz, needs_foo)
     cuda = ["cuda-version >=12.4,<12.5.0a0"]
     return {
         "os_packages": ["patchelf", "unzip"],  # rattler-build relinks with patchelf; the recipes unzip
@@ -277,12 +268,132 @@ def test_verify_of_an_unbuilt_channel_fails(
 
 def test_the_data_pins_every_source() -> None:
     data = channel.spec()
-    sources = [e["source"] for e in data["pythons"].values()] + data["wheels"]
-    for source in sources:
+    assert all(e["source"]["from"] for e in data["pythons"].values())
+    assert data["wheel_pins_from"]
+    for source in [e["source"] for e in data["pythons"].values()] + data["wheels"]:
         assert len(source["sha256"]) == 64, source
         assert source["url"].startswith(("https://", "http://deb.debian.org/")), source
-    for entry in data["pythons"].values():
-        assert entry["source"]["from"], entry
-    assert data["wheel_pins_from"]
-    kinds = {e["kind"] for e in data["wheels"]}
-    assert kinds == {"noarch", "python", "cuda"}
+
+
+# --- The real channel: built (or found cached), served over HTTP, solved and installed with py-rattler.
+
+
+@pytest.fixture(scope="session")
+def real_channel() -> Path:
+    channel.build()
+    return channel.channel_dir()
+
+
+@contextlib.contextmanager
+def _served(root: Path) -> Iterator[str]:
+    """The channel over HTTP from Python's http.server, as the sandbox mirror serves it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _solve(url: str, specs: list[Any], virtual: list[Any]) -> list[Any]:
+    return asyncio.run(rattler.solve(sources=[url], specs=specs, virtual_packages=virtual))
+
+
+def _install(records: list[Any], name: str) -> Path:
+    """A fresh prefix beside the package cache (same disk: rattler hardlinks instead of copying)."""
+    prefix = channel.work_dir() / "test-envs" / name
+    shutil.rmtree(prefix, ignore_errors=True)
+    asyncio.run(rattler.install(records, prefix, cache_dir=channel.work_dir() / "pkgs", show_progress=False))
+    return prefix
+
+
+def _run(prefix: Path, code: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, check=False, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_channel_installs_pytorch_cpu_on_python_311(real_channel: Path) -> None:
+    with _served(real_channel) as url:
+        # conda-forge's way of asking for the CPU build, as a conda user writes it.
+        records = _solve(url, ["python 3.11.*", rattler.MatchSpec("pytorch=*=cpu*")], [])
+    torch = next(r for r in records if r.name.normalized == "pytorch")
+    assert str(torch.version) == "2.13.0"
+    assert str(torch.build).startswith("cpu_mkl_py311_h")
+    prefix = _install(records, "cpu311")
+    try:
+        got = _run(
+            prefix,
+            "import json, sys, torch; print(json.dumps({'torch': torch.__version__, 'file': torch.__file__, "
+            "'python': sys.version.split()[0], 'mkl': torch.backends.mkl.is_available(), "
+            "'sum': float((torch.ones(3) * 2).sum())}))",
+        )
+        assert got["torch"] == "2.13.0+cpu"
+        assert got["file"].startswith(str(prefix / "lib" / "python3.11" / "site-packages"))
+        assert got["python"] == "3.11.2"
+        assert got["mkl"] is True  # the build string says mkl
+        assert got["sum"] == 6.0
+        (meta,) = (prefix / "conda-meta").glob("pytorch-*.json")
+        record = json.loads(meta.read_text())
+        assert (record["name"], record["version"], record["build"]) == ("pytorch", "2.13.0", str(torch.build))
+        assert record["sha256"] == torch.sha256.hex()
+        assert (prefix / "conda-meta" / "history").exists()
+        assert (prefix / "bin" / "torchrun").read_text().startswith(f"#!{prefix}/bin/python3.11")
+    finally:
+        shutil.rmtree(prefix, ignore_errors=True)
+
+
+def test_channel_installs_pytorch_cuda_with_its_cudnn_on_python_313(
+    real_channel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This machine has no NVIDIA driver: __cuda comes from CONDA_OVERRIDE_CUDA, as on a host
+    # provisioned before its driver loads.
+    monkeypatch.setenv("CONDA_OVERRIDE_CUDA", "12.4")
+    virtual = rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
+    with _served(real_channel) as url:
+        records = _solve(url, ["python 3.13.*", "pytorch ==2.5.1 cuda124*"], virtual)
+    torch = next(r for r in records if r.name.normalized == "pytorch")
+    assert str(torch.build).startswith("cuda124_mkl_py313_h")
+    cudnn = next(r for r in records if r.name.normalized == "cudnn")
+    assert str(cudnn.version) == "9.1.0.70"
+    major, minor, patch = (int(x) for x in str(cudnn.version).split(".")[:3])
+    assert {"cuda-version", "cuda-cudart", "libcublas", "libcusparse", "libnvjitlink", "nccl"} <= {
+        r.name.normalized for r in records
+    }
+    prefix = _install(records, "cuda313")
+    try:
+        got = _run(
+            prefix,
+            "import json, torch; v = torch.backends.cudnn.version(); "
+            "maps = open('/proc/self/maps').read().split(); "
+            "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'cudnn': v, "
+            "'available': torch.cuda.is_available(), 'libcudnn': sorted({p for p in maps if '/libcudnn.so' in p})}))",
+        )
+        assert got["torch"] == "2.5.1"
+        assert got["cuda"] == "12.4"
+        assert got["cudnn"] == major * 10000 + minor * 100 + patch  # cuDNN 9's CUDNN_VERSION: 90100
+        assert got["libcudnn"] == [str(prefix / "lib" / "libcudnn.so.9")]  # the channel's cudnn, from lib/
+        assert got["available"] is False  # no driver here; the build is still the CUDA one
+        (meta,) = (prefix / "conda-meta").glob("cudnn-*.json")
+        assert json.loads(meta.read_text())["version"] == "9.1.0.70"
+    finally:
+        shutil.rmtree(prefix, ignore_errors=True)
+
+
+def test_a_spec_the_channel_cannot_solve_fails_with_the_solvers_reason(real_channel: Path) -> None:
+    with _served(real_channel) as url:
+        # torch 2.5.1 is here for Python 3.13 only.
+        with pytest.raises(rattler.exceptions.SolverError, match=r"pytorch ==2\.5\.1 cannot be installed"):
+            _solve(url, ["python 3.11.*", "pytorch ==2.5.1"], [])
+        # Its CUDA build needs a driver, or CONDA_OVERRIDE_CUDA.
+        with pytest.raises(rattler.exceptions.SolverError, match="__cuda"):
+            _solve(url, ["python 3.13.*", "pytorch ==2.5.1"], [])
