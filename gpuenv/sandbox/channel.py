@@ -251,19 +251,22 @@ def build(data: dict[str, Any] | None = None, channel: Path | None = None, work:
         state: dict[str, dict[str, str]] = json.loads(state_file.read_text()) if state_file.exists() else {}
         for subdir in SUBDIRS:
             (channel / subdir).mkdir(parents=True, exist_ok=True)
-        outcomes = []
+        outcomes, replaced = [], False
         for recipe in planned:
             rel = f"{recipe.subdir}/{recipe.filename()}"
             known = state.get(recipe.ident, {})
             target = channel / rel
             if known.get("key") == recipe.key and target.exists() and mirror.digest(target) == known.get("sha256"):
+                target.chmod(0o644)  # channels built before the chmod below
                 outcomes.append(Outcome(recipe, built=False, seconds=0.0))
                 continue
             log(f"channel: building {recipe.name} {recipe.version} {recipe.build}")
             start = time.monotonic()
             built = build_one(recipe, work)
+            replaced = replaced or target.exists()
             partial = target.with_name(target.name + ".partial")
             shutil.move(built, partial)
+            partial.chmod(0o644)  # rattler-build writes 0600; the channel is served to everyone
             partial.replace(target)
             shutil.rmtree(work / "build", ignore_errors=True)
             old = known.get("file")
@@ -281,18 +284,22 @@ def build(data: dict[str, Any] | None = None, channel: Path | None = None, work:
                 if f"{subdir}/{stale.name}" not in keep:
                     log(f"channel: removing {stale.name} (channel.yaml no longer names it)")
                     stale.unlink()
-        index(channel)
+        index(channel, force=replaced)
         problems = verify(channel)
         if problems:
             raise SandboxError("the channel does not match its index:\n  " + "\n  ".join(problems))
         return outcomes
 
 
-def index(channel: Path) -> None:
-    """repodata.json of every subdir, by py-rattler's indexer (plain JSON: http.server serves it as is)."""
+def index(channel: Path, *, force: bool = False) -> None:
+    """repodata.json of every subdir, by py-rattler's indexer (plain JSON: http.server serves it as is).
+
+    Without force it adds new files and drops removed ones (a second or so); it does not notice a
+    file replaced under the same name, which only a repair makes: then force re-reads every
+    package (about 40 s for this channel)."""
     from rattler.index import index_fs  # noqa: PLC0415 - a heavy native module
 
-    asyncio.run(index_fs(channel, write_zst=False, write_shards=False, force=True))
+    asyncio.run(index_fs(channel, write_zst=False, write_shards=False, force=force))
 
 
 def verify(channel: Path) -> list[str]:

@@ -326,10 +326,10 @@ def test_channel_installs_pytorch_cpu_on_python_311(real_channel: Path) -> None:
     with _served(real_channel) as url:
         # conda-forge's way of asking for the CPU build, as a conda user writes it.
         records = _solve(url, ["python 3.11.*", rattler.MatchSpec("pytorch=*=cpu*")], [])
-    torch = next(r for r in records if r.name.normalized == "pytorch")
-    assert str(torch.version) == "2.13.0"
-    assert str(torch.build).startswith("cpu_mkl_py311_h")
-    prefix = _install(records, "cpu311")
+        torch = next(r for r in records if r.name.normalized == "pytorch")
+        assert str(torch.version) == "2.13.0"
+        assert str(torch.build).startswith("cpu_mkl_py311_h")
+        prefix = _install(records, "cpu311")
     try:
         got = _run(
             prefix,
@@ -359,8 +359,7 @@ def test_channel_installs_pytorch_cuda_with_its_cudnn_on_python_313(
     # provisioned before its driver loads.
     monkeypatch.setenv("CONDA_OVERRIDE_CUDA", "12.4")
     virtual = rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
-    with _served(real_channel) as url:
-        records = _solve(url, ["python 3.13.*", "pytorch ==2.5.1 cuda124*"], virtual)
+    records = _solve(real_channel.as_uri(), ["python 3.13.*", "pytorch ==2.5.1 cuda124*"], virtual)
     torch = next(r for r in records if r.name.normalized == "pytorch")
     assert str(torch.build).startswith("cuda124_mkl_py313_h")
     cudnn = next(r for r in records if r.name.normalized == "cudnn")
@@ -378,7 +377,7 @@ def test_channel_installs_pytorch_cuda_with_its_cudnn_on_python_313(
             "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'cudnn': v, "
             "'available': torch.cuda.is_available(), 'libcudnn': sorted({p for p in maps if '/libcudnn.so' in p})}))",
         )
-        assert got["torch"] == "2.5.1"
+        assert got["torch"] == "2.5.1+cu124"  # the wheel's own version string
         assert got["cuda"] == "12.4"
         assert got["cudnn"] == major * 10000 + minor * 100 + patch  # cuDNN 9's CUDNN_VERSION: 90100
         assert got["libcudnn"] == [str(prefix / "lib" / "libcudnn.so.9")]  # the channel's cudnn, from lib/
