@@ -7,13 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from gpuenv.sandbox import cache, faults, fleet, mirror
+from gpuenv.sandbox import cache, channel, faults, fleet, mirror
 from gpuenv.sandbox.util import SandboxError
 
 DEFAULT_INVENTORY = Path(__file__).resolve().parents[2] / "inventory" / "sandbox" / "hosts.yml"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - each subcommand returns its own exit status
     parser = argparse.ArgumentParser(prog="scripts/sandbox", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="boot N Debian hosts reachable over SSH (idempotent)")
@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         "mirror", help="the local NVIDIA redist mirror: build (or verify and repair), verify, path"
     )
     p_mirror.add_argument("action", choices=["build", "verify", "path"])
+    p_channel = sub.add_parser(
+        "channel",
+        help="the local conda channel (python, pytorch, cudnn, ...): build (or verify and repair), verify, path",
+    )
+    p_channel.add_argument("action", choices=["build", "verify", "path"])
     p_cache = sub.add_parser("cache", help="the hosts' download cache (apt proxy and PyPI index): stats, path, clear")
     p_cache.add_argument("action", choices=["stats", "path", "clear"])
     p_sup = sub.add_parser("supervise", help=argparse.SUPPRESS)
@@ -113,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1 if problems else 0
             else:
                 print(site)
+        elif args.command == "channel":
+            return _channel(args.action)
         elif args.command == "cache":
             if args.action == "stats":
                 try:
@@ -132,6 +139,22 @@ def main(argv: list[str] | None = None) -> int:
     except SandboxError as exc:
         print(f"sandbox: error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _channel(action: str) -> int:
+    where = channel.channel_dir()
+    if action == "build":
+        for o in channel.build():
+            took = f"built in {o.seconds:.0f} s" if o.built else "cached"
+            print(f"{o.recipe.subdir}/{o.recipe.filename()}  {took}")
+        print(f"channel: {where}\nserved to the sandbox as {channel.channel_url()} (scripts/sandbox up)")
+    elif action == "verify":
+        problems = channel.verify(where)
+        print("\n".join(problems) if problems else f"{where}: every package matches repodata.json")
+        return 1 if problems else 0
+    else:
+        print(where)
     return 0
 
 
