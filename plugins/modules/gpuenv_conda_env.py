@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -82,12 +83,19 @@ PLATFORM = "linux-64"
 def _records_from_lock(path: str) -> list[Any]:
     import rattler  # noqa: PLC0415 - the module must load without it, to say what is missing
 
-    lock = rattler.LockFile.from_path(path)
+    lock = rattler.LockFile.from_path(Path(path))
     env = lock.environment("default")
-    records = env.conda_repodata_records_for_platform(rattler.LockPlatform(PLATFORM)) if env else None
+    # The lock's own platform object: py-rattler refuses one made anew.
+    platform = next((p for p in lock.platforms() if _name(p) == PLATFORM), None)
+    records = env.conda_repodata_records_for_platform(platform) if env and platform else None
     if not records:
         raise ValueError(f"{path} holds no linux-64 packages for the environment 'default'")
     return list(records)
+
+
+def _name(platform: Any) -> str:
+    name = platform.name
+    return str(name() if callable(name) else name)
 
 
 def _solve(channels: list[str], specs: list[str], cuda: str) -> list[Any]:
@@ -109,7 +117,7 @@ def _write_lock(path: str, channels: list[str], records: list[Any]) -> None:
     for record in records:
         lock.add_conda_package("default", platform, record)
     tmp = path + ".tmp"
-    lock.to_path(tmp)
+    lock.to_path(Path(tmp))
     os.replace(tmp, path)
 
 
@@ -135,7 +143,9 @@ def run(p: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     if check_mode:
         return result
     os.makedirs(p["cache_dir"], exist_ok=True)
-    specs = [rattler.MatchSpec(s) for s in p["specs"]]
+    # The specs asked for go into conda-meta/history. py-rattler 0.28's install() takes its native
+    # match specs here, not the Python wrapper (a TypeError otherwise).
+    specs = [getattr(spec, "_match_spec", spec) for spec in (rattler.MatchSpec(s) for s in p["specs"])]
     asyncio.run(
         rattler.install(records, p["prefix"], cache_dir=p["cache_dir"], show_progress=False, requested_specs=specs)
     )
