@@ -36,6 +36,7 @@ _VERSIONS = [
     ("driver version", "driver.userspace", None),
     ("torch version", "torch.build", "torch"),
     ("torch's CUDA", "torch.build", "cuda"),
+    ("environment", "torch.build", "env"),
     ("torch's cuDNN", "cudnn.version", None),
     ("toolkit", "cuda_tree.toolkit", None),
     ("system cuDNN", "cuda_tree.cudnn", None),

@@ -344,3 +344,19 @@ def test_a_tree_without_cudnn_libraries_fails_the_loader_check(tmp_path: Path) -
     )
     assert check.status == "fail"
     assert check.summary == f"no cuDNN 9 libraries in {tmp_path / 'cuda/lib64'}"
+
+
+def test_the_environment_kind_and_a_conda_builds_cuda_minor(tmp_path: Path) -> None:
+    (tmp_path / "conda/conda-meta").mkdir(parents=True)
+    (tmp_path / "venv").mkdir()
+    (tmp_path / "venv/pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert torchenv.environment_kind(str(tmp_path / "conda")) == "conda"
+    assert torchenv.environment_kind(str(tmp_path / "venv")) == "venv"
+    assert torchenv.environment_kind(str(tmp_path)) == "system"
+    # conda-forge's pytorch for the stack's cu124 may be its cuda126 build (cuda-version >=12.4,<13)
+    assert torchenv._cuda_matches("12.6", "12.4", "conda")
+    assert not torchenv._cuda_matches("12.6", "12.4", "venv")  # a wheel is exactly its variant
+    assert not torchenv._cuda_matches("12.2", "12.4", "conda")
+    assert not torchenv._cuda_matches("13.0", "12.4", "conda")
+    assert torchenv._cuda_matches("12.4", "12.4", "venv")
+    assert torchenv._cuda_matches(None, None, "venv")  # a CPU build, declared so

@@ -3,6 +3,8 @@ the cuDNN its build ships, from its own environment."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from gpuenv import archcompat, hostparse
@@ -23,16 +25,36 @@ def _cc(capability: tuple[int, int]) -> str:
     return f"{capability[0]}.{capability[1]}"
 
 
+def environment_kind(prefix: str) -> str:
+    """conda (a prefix with conda-meta/), venv (pyvenv.cfg), or system."""
+    if os.path.isdir(os.path.join(prefix, "conda-meta")):
+        return "conda"
+    return "venv" if os.path.isfile(os.path.join(prefix, "pyvenv.cfg")) else "system"
+
+
+def _cuda_matches(found: str | None, want: str, env: str) -> bool:
+    """torch's CUDA against the declared build's: the same, or in a conda environment the same
+    major and at least that minor (conda-forge builds pytorch for a few CUDA minors, and the
+    conda backend asks for cuda-version >=X.Y,<X+1)."""
+    if want in ("unset", found):
+        return True
+    if env != "conda" or not found or not want:
+        return False
+    (fmaj, _, fmin), (wmaj, _, wmin) = found.partition("."), str(want).partition(".")
+    return fmaj == wmaj and fmin.isdigit() and wmin.isdigit() and int(fmin) >= int(wmin)
+
+
 @CHECKS.add("torch.build", "torch build")
 def build(ctx: Context, me: Spec) -> Check:
     t = ctx.torch
-    observed = {"torch": t.__version__, "cuda": t.version.cuda}
+    env = environment_kind(sys.prefix)
+    observed = {"torch": t.__version__, "cuda": t.version.cuda, "env": env}
     want_torch, want_cuda = ctx.expect.get("torch"), ctx.expect.get("torch_cuda", "unset")
     if want_torch is None:
         return me.passed(f"torch {t.__version__} (CUDA {t.version.cuda}) imports; no stack to compare", observed)
     expected = {"torch": want_torch, "cuda": want_cuda}
-    if t.__version__.split("+")[0] == want_torch and want_cuda in ("unset", t.version.cuda):
-        return me.passed(f"torch {t.__version__} (CUDA {t.version.cuda}) as declared", observed, expected)
+    if t.__version__.split("+")[0] == want_torch and _cuda_matches(t.version.cuda, want_cuda, env):
+        return me.passed(f"torch {t.__version__} (CUDA {t.version.cuda}, {env}) as declared", observed, expected)
     return me.failed(
         f"torch {t.__version__} (CUDA {t.version.cuda}) is not the declared build",
         observed=observed,
