@@ -16,16 +16,21 @@ def _sources(finding: Finding, data: CompatData) -> list[dict[str, Any]]:
     return out
 
 
+def finding_dict(f: Finding, sources: list[Any] | None = None) -> dict[str, Any]:
+    """A finding as JSON: its sources as given (their titles and URLs), else their keys."""
+    return {
+        "rule": f.rule,
+        "severity": f.severity,
+        "message": f.message,
+        "why": f.why,
+        "fix": f.fix,
+        "sources": list(f.sources) if sources is None else sources,
+    }
+
+
 def to_dict(report: Report, data: CompatData, origin: str | None = None) -> dict[str, Any]:
     def finding(f: Finding) -> dict[str, Any]:
-        return {
-            "rule": f.rule,
-            "severity": f.severity,
-            "message": f.message,
-            "why": f.why,
-            "fix": f.fix,
-            "sources": _sources(f, data),
-        }
+        return finding_dict(f, _sources(f, data))
 
     return {
         "file": origin,

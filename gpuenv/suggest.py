@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuenv.compat import CompatData, TorchRelease
+from gpuenv.report import finding_dict
 from gpuenv.rules import Finding
 from gpuenv.suggest_explain import explain, phrase, rank
 from gpuenv.suggest_inputs import Constraints, GpuSpec
@@ -50,17 +51,6 @@ def groups(gpus: list[GpuSpec]) -> dict[str, list[GpuSpec]]:
     for gpu in sorted(gpus, key=lambda g: tuple(int(p) for p in g.cc.split("."))):
         out.setdefault(gpu.group, []).append(gpu)
     return out
-
-
-def finding_dict(f: Finding) -> dict[str, Any]:
-    return {
-        "rule": f.rule,
-        "severity": f.severity,
-        "message": f.message,
-        "why": f.why,
-        "fix": f.fix,
-        "sources": list(f.sources),
-    }
 
 
 def summary(stack: dict[str, Any]) -> str:

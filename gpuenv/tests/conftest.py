@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -83,3 +85,19 @@ def venv_env() -> dict[str, str]:
     env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
     env.pop("ANSIBLE_INVENTORY", None)
     return env
+
+
+def load_plugin(relative: str) -> ModuleType:
+    """One of gpuenv's plugins (plugins/modules/x.py, plugins/callback/x.py) imported from its file, with
+    gpuenv.hostparse standing in for the module_utils Ansible would ship beside a module."""
+    from gpuenv import hostparse  # noqa: PLC0415
+
+    sys.modules.setdefault("ansible.module_utils.gpuenv_hostparse", hostparse)
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module

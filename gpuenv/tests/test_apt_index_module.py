@@ -4,7 +4,6 @@ index; the indextargets lines are apt 2.6's real output for the sources they nam
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -15,12 +14,10 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
+from gpuenv.tests.conftest import load_plugin
+
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gpuenv_apt_index", REPO / "plugins/modules/gpuenv_apt_index.py")
-assert _spec
-assert _spec.loader
-mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mod)
+mod = load_plugin("plugins/modules/gpuenv_apt_index.py")
 
 # `apt-get indextargets --no-release-info --format ...` on Debian 12 for
 # "deb http://deb.debian.org/debian bookworm main non-free" and NVIDIA's flat repository.

@@ -7,11 +7,9 @@ listings in docs/research/cudnn8-releases.md section 2b (7.6.5 and 8.0.5 .tgz, 8
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
 import os
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -21,16 +19,10 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from gpuenv import hostparse
+from gpuenv.tests.conftest import load_plugin
 
 REPO = Path(__file__).resolve().parents[2]
-# Ansible finds module_utils/gpuenv_hostparse.py (a link to gpuenv/hostparse.py) when it ships the
-# module; imported directly, the module gets the same file from here.
-sys.modules.setdefault("ansible.module_utils.gpuenv_hostparse", hostparse)
-_spec = importlib.util.spec_from_file_location("gpuenv_cuda_tree", REPO / "plugins/modules/gpuenv_cuda_tree.py")
-assert _spec
-assert _spec.loader
-mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mod)
+mod = load_plugin("plugins/modules/gpuenv_cuda_tree.py")
 
 LIBS_8 = ["libcudnn", "libcudnn_ops_infer", "libcudnn_ops_train", "libcudnn_cnn_infer", "libcudnn_cnn_train",
           "libcudnn_adv_infer", "libcudnn_adv_train"]  # fmt: skip

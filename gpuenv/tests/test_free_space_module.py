@@ -3,19 +3,16 @@ starts, naming both figures (issue 17, item 8)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuenv.tests.conftest import load_plugin
+
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gpuenv_free_space", REPO / "plugins/modules/gpuenv_free_space.py")
-assert _spec
-assert _spec.loader
-mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mod)
+mod = load_plugin("plugins/modules/gpuenv_free_space.py")
 
 
 class Vfs:

@@ -4,8 +4,6 @@ the argument_spec is documented with its type (and nothing else is)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -13,20 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuenv import hostparse
+from gpuenv.tests.conftest import load_plugin
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = sorted((REPO / "plugins/modules").glob("gpuenv_*.py"))
-sys.modules.setdefault("ansible.module_utils.gpuenv_hostparse", hostparse)
 
 
 def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_plugin(str(path.relative_to(REPO)))
 
 
 def test_there_are_modules() -> None:
