@@ -50,14 +50,19 @@ def service_checks(record: Any, units: Mapping[str, Any] | None) -> list[Check]:
         live = (units or {}).get(f"{unit}.service")
         status = str(live.get("status")) if isinstance(live, Mapping) else "missing"
         ok = status == "enabled"
+        if status == "missing":
+            state = "missing (no unit: its package was removed?)"
+        elif status == "failed":
+            # service_facts puts a failed run in place of the unit file's state, so whether it is
+            # still enabled is unknown here; the failure is the finding
+            state = f"failed (systemd's last start of it failed: journalctl -u {unit})"
+        else:
+            state = status
         checks.append(
             _check(
                 f"drift.{key}",
                 ok,
-                f"{unit} is enabled"
-                if ok
-                else f"{unit} is {'missing (no unit: its package was removed?)' if status == 'missing' else status}"
-                f", though gpu_services set it up ({entry.get('why', '')})",
+                f"{unit} is enabled" if ok else f"{unit} is {state}, though gpu_services set it up ({entry.get('why', '')})",
                 status,
                 "enabled",
                 hint=f"systemctl enable --now {unit}, or run playbooks/site.yml (stage gpu_services) to install and "

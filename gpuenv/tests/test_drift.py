@@ -202,6 +202,10 @@ def test_the_daemons_gpu_services_set_up_must_stay_enabled() -> None:
     assert "nvidia-fabricmanager is missing" in bad["drift.fabricmanager"]["summary"]
     # the toolkit is no daemon, and a service gpu_services left off is not checked
     assert "drift.container_toolkit" not in bad
+    # a unit whose start failed: service_facts reports the failure, not the enablement
+    failed = _compare(facts, services=_units(**{"nvidia-persistenced": "failed"}))["drift.persistenced"]
+    assert failed["status"] == "fail"
+    assert "journalctl -u nvidia-persistenced" in failed["summary"]
 
 
 def test_a_host_without_services_gets_no_service_checks() -> None:
