@@ -62,7 +62,9 @@ def service_checks(record: Any, units: Mapping[str, Any] | None) -> list[Check]:
             _check(
                 f"drift.{key}",
                 ok,
-                f"{unit} is enabled" if ok else f"{unit} is {state}, though gpu_services set it up ({entry.get('why', '')})",
+                f"{unit} is enabled"
+                if ok
+                else f"{unit} is {state}, though gpu_services set it up ({entry.get('why', '')})",
                 status,
                 "enabled",
                 hint=f"systemctl enable --now {unit}, or run playbooks/site.yml (stage gpu_services) to install and "
