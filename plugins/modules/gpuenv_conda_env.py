@@ -5,7 +5,9 @@ every package's URL and sha256, and rebuilt from the lock without solving again.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,16 @@ def _write_lock(path: str, channels: list[str], records: list[Any]) -> None:
     os.replace(tmp, path)
 
 
+def history_entry(records: list[Any], specs: list[str], when: str, engine: str) -> str:
+    """One revision in conda's own conda-meta/history format (conda.history.History)."""
+    lines = [f"==> {when} <==", f"# cmd: gpuenv_conda_env (py-rattler {engine})"]
+    for record in sorted(records, key=lambda r: str(r.name.normalized)):
+        channel = str(record.url).rsplit("/", 2)[0]
+        lines.append(f"+{channel}/{record.subdir}::{record.name.normalized}-{record.version}-{record.build}")
+    lines.append(f"# update specs: {json.dumps(specs)}")
+    return "\n".join(lines) + "\n"
+
+
 def describe(record: Any) -> dict[str, str]:
     sha = record.sha256
     return {
@@ -143,12 +155,16 @@ def run(p: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     if check_mode:
         return result
     os.makedirs(p["cache_dir"], exist_ok=True)
-    # The specs asked for go into conda-meta/history. py-rattler 0.28's install() takes its native
-    # match specs here, not the Python wrapper (a TypeError otherwise).
+    # py-rattler 0.28's install() takes its native match specs here, not the Python wrapper (a
+    # TypeError otherwise).
     specs = [getattr(spec, "_match_spec", spec) for spec in (rattler.MatchSpec(s) for s in p["specs"])]
     asyncio.run(
         rattler.install(records, p["prefix"], cache_dir=p["cache_dir"], show_progress=False, requested_specs=specs)
     )
+    # py-rattler leaves conda-meta/history empty; conda reads it for `conda list --revisions` and
+    # for the specs a later `conda update` must keep, so write the revision conda would have.
+    with open(os.path.join(p["prefix"], "conda-meta", "history"), "a", encoding="utf-8") as history:
+        history.write(history_entry(records, p["specs"], time.strftime("%Y-%m-%d %H:%M:%S"), rattler.__version__))
     if solved:
         _write_lock(p["lock"], p["channels"], records)
     return result
