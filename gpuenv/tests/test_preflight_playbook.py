@@ -5,6 +5,7 @@ These plays only read (facts, `command -v nvidia-smi`), so running them on local
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -64,6 +65,50 @@ def test_incompatible_stack_stops_with_the_reasons(tmp_path: Path, venv_env: dic
     assert run.returncode != 0
     assert "torch 2.5.1+cu124 has no kernels for compute capability 12.0" in run.stdout
     assert "fix: use torch >= 2.7 with cu128" in run.stdout
+
+
+def test_a_stack_the_schema_refuses_stops_with_the_schema_s_message(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    # An invalid stack resolves to nothing: the refusal must still print why, not fail on the
+    # missing resolved stack while rendering its success message.
+    run = _play(venv_env, _inventory(tmp_path, {**GOOD, "torch_variant": "cuda"}))
+    assert run.returncode != 0
+    assert "gpu_stack.torch_variant: " in run.stdout
+    assert "is not the PyTorch CUDA wheel variant" in run.stdout
+    assert "has no attribute" not in run.stdout + run.stderr
+
+
+def test_a_cpu_build_asked_for_is_what_the_resolved_stack_expects(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    inv = _inventory(tmp_path, GOOD)
+    play = tmp_path / "resolved.yml"
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "gpu_hosts",
+                    "gather_facts": False,
+                    "roles": [{"role": str(REPO / "roles/gpu_stack")}],
+                    "tasks": [
+                        {
+                            "ansible.builtin.copy": {
+                                "content": "{{ gpu_stack_resolved | to_json }}",
+                                "dest": str(tmp_path / "resolved.json"),
+                                "mode": "0644",
+                            }
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    for cpu in (False, True):
+        run = _play(venv_env, inv, "-e", f"gpu_stack_torch_cpu={cpu}", playbook=str(play))
+        assert run.returncode == 0, run.stdout
+        resolved = json.loads((tmp_path / "resolved.json").read_text())
+        assert resolved["torch"] == "2.5.1"
+        if cpu:
+            assert (resolved["torch_variant"], resolved["torch_cuda"], resolved["torch_cudnn"]) == ("cpu", None, None)
+        else:
+            assert (resolved["torch_variant"], resolved["torch_cuda"]) == ("cu124", "12.4")
 
 
 def test_incompatible_stack_also_fails_in_check_mode(tmp_path: Path, venv_env: dict[str, str]) -> None:

@@ -22,13 +22,14 @@ CACHE = fleet.cache_url()
 # torch's CPU build from the local mirror's copy of PyTorch's CPU index: what the fleet tests check
 # is the orchestration (batches, rollbacks, switches, faults), and a CPU environment builds in
 # seconds where a CUDA one takes minutes; CUDA builds of torch are the subject of molecule's
-# verify and pytorch_env scenarios.
+# verify and pytorch_env scenarios. The stack declares a CUDA build (the schema knows no other)
+# and the site asks for the CPU one (gpu_stack_torch_cpu), which verify and drift then expect.
 BASE_STACK = {
     "driver": "535",
     "cudnn": "9.1.0.70",
     "python": "3.11",
     "torch": "2.13.0",
-    "torch_variant": "cpu",
+    "torch_variant": "cu126",
 }
 STACK_A = {**BASE_STACK, "cuda": "12.1.1"}
 STACK_B = {**BASE_STACK, "cuda": "12.4.1"}
@@ -41,6 +42,7 @@ SITE_VARS = {
     "pytorch_env_torch_index": f"{MIRROR}/whl/{{variant}}",
     # The mirror's CPU index holds torch alone.
     "pytorch_env_companions": [],
+    "gpu_stack_torch_cpu": True,
     "nvidia_driver_mode": "userspace",
 }
 
