@@ -130,6 +130,9 @@ def test_verify_reports_a_manifest_path_outside_the_mirror_without_reading_it(tm
     root.mkdir(parents=True)
     outside = {"relative_path": "../../../../etc/passwd", "sha256": "0" * 64, "size": "1"}
     (root / "redistrib_12.4.1.json").write_text(json.dumps({"cuda_cudart": {"linux-x86_64": outside}}))
-    assert mirror.verify(tmp_path) == [
+    # The mirror's other contents (the legacy cuDNN tarballs it must hold) are reported missing
+    # too; what matters here is the manifest's own line.
+    problems = [p for p in mirror.verify(tmp_path) if "redistrib_" in p or "passwd" in p]
+    assert problems == [
         f"{root / 'redistrib_12.4.1.json'}: relative_path '../../../../etc/passwd' is not under the mirror"
     ]
