@@ -67,7 +67,7 @@ def advise(data: CompatData, gpus: list[Gpu], os_key: str | None, driver: str | 
     flags = " ".join(f"--gpu {_quote(s.label)}" for s in specs) + (f" --os {os_key}" if os_key else "")
     advice = Advice(f"gpuenv suggest {flags}", notes=notes)
     if not specs:
-        advice.notes.append("no GPU to suggest a stack for: nvidia-smi and lspci name none here; give them with --gpu")
+        advice.notes.append("no GPU to suggest a stack for: nvidia-smi and lspci named none; give them with --gpu")
         return advice
     if driver:
         advice.driver_branch = str(versions.driver_branch(driver))

@@ -106,8 +106,8 @@ def examine(host: Host, data: CompatData, opts: Options) -> Diagnosis:
     for env in with_torch:
         found += findings.env_findings(env, drv, gpus, session, by_dir, advice, data)
     if not gpus:
-        notes.append("no NVIDIA GPU found (nvidia-smi lists none, lspci shows none): the kernel-image checks need "
-                     "one; name the GPUs with --gpu MODEL_OR_CC")  # fmt: skip
+        notes.append("no NVIDIA GPU found (nvidia-smi and lspci named none, or did not run): the kernel-image "
+                     "checks need one; name the GPUs with --gpu MODEL_OR_CC")  # fmt: skip
     return Diagnosis(
         os=os_name,
         os_key=os_key,
