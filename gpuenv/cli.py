@@ -11,6 +11,11 @@ from typing import Any
 from gpuenv import __version__, fleetfacts, fleetreport, verify
 from gpuenv.checkspec import check_file
 from gpuenv.compat import load
+from gpuenv.doctor import EXIT_ERROR
+from gpuenv.doctor import report as doctor_report
+from gpuenv.doctor.driver import Gpu
+from gpuenv.doctor.host import DoctorError, Host, root_runner, system_runner
+from gpuenv.doctor.run import Options, examine
 from gpuenv.report import format_text
 from gpuenv.rules import check
 from gpuenv.stack import parse_stack
@@ -114,6 +119,41 @@ def _suggest(args: argparse.Namespace) -> int:
     return int(result["exit_code"])
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    data = load()
+    given, problems = parse_gpus(args.gpu or [], data)
+    if args.depth < 0:
+        problems.append(f"--depth {args.depth}: give how many directory levels below each home to search, 0 or more")
+    if args.verify_timeout <= 0:
+        problems.append(f"--verify-timeout {args.verify_timeout:g}: give the seconds verify may take per environment")
+    if problems:
+        print("\n".join(f"gpuenv doctor: {p}" for p in problems), file=sys.stderr)
+        return EXIT_ERROR
+    root = Path(args.root)
+    elsewhere = root.resolve() != Path("/")
+    # Under another root, nvidia-smi, modinfo, lspci, nvcc and the environments' Pythons would run on
+    # this machine and describe it: only files, the loader's cache and the package databases are read.
+    notes = [f"--root {root}: files, loader cache and package databases read; no command of the tree run, verify "
+             "neither (they would describe this machine)"] if elsewhere else []  # fmt: skip
+    options = Options(
+        gpus=[Gpu(g.label, g.cc, "--gpu") for g in given],
+        homes=args.home or [],
+        envs=args.env or [],
+        depth=args.depth,
+        verify=not (args.no_verify or elsewhere),
+        verify_timeout=args.verify_timeout,
+        notes=notes,
+    )
+    try:
+        host = Host(root=root, runner=root_runner(root) if elsewhere else system_runner)
+        found = examine(host, data, options)
+    except DoctorError as exc:
+        print(f"gpuenv doctor: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(doctor_report.as_json(found, data) if args.json else doctor_report.text(found, data), end="")
+    return found.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuenv", description="Declarative provisioning of deep-learning GPU hosts.")
     parser.add_argument("--version", action="version", version=f"gpuenv {__version__}")
@@ -169,6 +209,44 @@ def build_parser() -> argparse.ArgumentParser:
     sug.add_argument("--no-system-cudnn", action="store_true", help="no cuDNN in the CUDA tree (torch brings its own)")
     sug.add_argument("--json", action="store_true", help="print a machine-readable result")
     sug.set_defaults(func=_suggest)
+
+    doc = sub.add_parser(
+        "doctor",
+        help="explain this host's driver, CUDA, cuDNN and torch environments, and what would replace them",
+        description="Take stock of this host without changing it (the driver, every CUDA toolkit and cuDNN copy, "
+        "every Python environment with torch), run gpuenv verify's checks in each environment, and explain the "
+        "classic failures with where, why and the fix; end with the gpuenv stack that would replace it. Exit 0: "
+        "nothing wrong; 1: findings; 2: doctor could not run.",
+    )
+    doc.add_argument(
+        "--gpu",
+        action="append",
+        metavar="MODEL_OR_CC",
+        help="a GPU the host has besides those nvidia-smi or lspci name (repeatable): for the kernel-image checks "
+        "and the suggestion where the driver cannot list them",
+    )
+    doc.add_argument(
+        "--root",
+        default="/",
+        metavar="DIR",
+        help="read the host whose files are under DIR (a mounted disk, a container's root) instead of this one; "
+        "only its files, its loader cache and its package databases are read then (default /)",
+    )
+    doc.add_argument("--home", action="append", metavar="DIR", help="also look for environments under DIR (repeatable)")
+    doc.add_argument("--env", action="append", metavar="PREFIX", help="also examine this environment (repeatable)")
+    doc.add_argument(
+        "--depth", type=int, default=4, help="how many levels below each home to look for venvs (default 4)"
+    )
+    doc.add_argument("--no-verify", action="store_true", help="do not run gpuenv verify in the environments")
+    doc.add_argument(
+        "--verify-timeout",
+        type=float,
+        default=180,
+        metavar="SECONDS",
+        help="stop verify in an environment after this long (default 180)",
+    )
+    doc.add_argument("--json", action="store_true", help="print a machine-readable result")
+    doc.set_defaults(func=_doctor)
 
     profiles = sub.add_parser("profiles", help="list the named, pre-checked stack profiles")
     profiles.add_argument("--json", action="store_true", help="print a machine-readable list")

@@ -35,6 +35,16 @@ def parse_dpkg_query(text: str) -> dict[str, dict[str, str]]:
     return found
 
 
+def parse_rpm_qa(text: str) -> dict[str, str]:
+    """`rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' PATTERN...` as {package: version-release}."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2:
+            found[fields[0]] = fields[1]
+    return found
+
+
 def unsatisfied(status: dict[str, dict[str, str]], wanted: list[str]) -> list[str]:
     """The entries of an apt install list ("pkg" or "pkg=version") that dpkg does not have."""
     missing = []

@@ -70,6 +70,16 @@ def parse_smi_driver(returncode: int, output: str) -> tuple[str | None, bool]:
     return None, False
 
 
+_NVML_LIBRARY = re.compile(r"NVML library version:\s*(?P<version>\d+\.\d+(?:\.\d+)?)")
+
+
+def smi_nvml_version(output: str) -> str | None:
+    """The user-space libraries' version nvidia-smi names when it refuses with "Driver/library
+    version mismatch" ("NVML library version: 580.178", printed since about R535), else None."""
+    match = _NVML_LIBRARY.search(output)
+    return match.group("version") if match else None
+
+
 _LIBCUDNN = re.compile(r"/libcudnn[^/]*\.so")
 
 
@@ -174,3 +184,30 @@ def nvswitches(text: str) -> list[dict[str, str]]:
             continue
         switches.append({**dev, "generation": str(generation or "")})
     return switches
+
+
+# torch/version.py, which torch's build writes: "__version__ = '2.5.1+cu124'" and "cuda = '12.4'" (or,
+# from about 2.0, "cuda: Optional[str] = '12.4'"; None in a CPU build).
+_TORCH_FIELD = re.compile(r"^(?P<key>__version__|cuda)\s*(?::[^=]*)?=\s*(?P<value>'[^']*'|\"[^\"]*\"|None)\s*$", re.M)
+
+
+def torch_version_file(text: str) -> dict[str, str | None]:
+    """torch/version.py -> {"version": "2.5.1+cu124", "cuda": "12.4"} (cuda None for a CPU build),
+    read without importing torch; {} when it has no __version__."""
+    found = {m["key"]: None if m["value"] == "None" else m["value"][1:-1] for m in _TORCH_FIELD.finditer(text)}
+    if "__version__" not in found:
+        return {}
+    return {"version": found["__version__"], "cuda": found.get("cuda")}
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """/etc/os-release (os-release(5): KEY=value lines, values optionally quoted) as a dict."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key and not key.startswith("#"):
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            out[key] = value
+    return out

@@ -67,7 +67,7 @@ class Report:
 
 # Evidence for the wheels' architecture lists (the torch entries' other sources cover releases,
 # Python versions and variants).
-_ARCH_SOURCES = ("pt_builder", "pt_build_cuda", "moi90_measured")
+ARCH_SOURCES = ("pt_builder", "pt_build_cuda", "moi90_measured")
 
 
 class _Checker:
@@ -288,34 +288,9 @@ class _Checker:
 
     # --- driver ------------------------------------------------------------------------------
     def _check_driver_against(self, what: str, minimum: str, cuda_major: str, rule: str, source: str) -> None:
-        driver = self.stack.driver
-        floor = self.data.minor_compat_floor.get(cuda_major)
-        if versions.driver_satisfies(driver, minimum):
-            return
-        if floor is not None and versions.driver_satisfies(driver, floor):
-            self.add(
-                rule,
-                WARNING,
-                f"driver {driver} is older than {what} was released with (>= {minimum}) and relies on "
-                f"CUDA minor-version compatibility",
-                f"drivers >= {floor} run any CUDA {cuda_major}.x application with a limited feature set: "
-                "PTX newer than the driver cannot be JIT-compiled",
-                f"use driver >= {minimum} (branch {versions.driver_branch(minimum)}) for full support",
-                source,
-                "nv_mvc",
-            )
-            return
-        need = f"at least {floor} through minor-version compatibility, " if floor else ""
-        self.add(
-            rule,
-            ERROR,
-            f"driver {driver} is too old for {what}",
-            f"{what} needs {need}and {minimum} for full support; older drivers fail with "
-            '"CUDA driver version is insufficient for CUDA runtime version"',
-            f'set driver: "{versions.driver_branch(minimum)}" or newer, or pick an older CUDA',
-            source,
-            "nv_mvc",
-        )
+        found = driver_against(self.data, self.stack.driver, what, minimum, cuda_major, rule, source)
+        if found is not None:
+            self.findings.append(found)
 
     def check_driver(self) -> None:
         if self.toolkit is not None:
@@ -488,7 +463,7 @@ class _Checker:
                 f'equal minor, or PTX of a lower or equal CC, so every kernel launch fails with "no kernel '
                 'image is available for execution on the device"',
                 self._arch_fix(gpu.cc),
-                *_ARCH_SOURCES,
+                *ARCH_SOURCES,
             )
         if self.toolkit is not None:
             major = str(versions.major(self.toolkit))
@@ -774,6 +749,39 @@ class _Checker:
             {"label": g.label, "cc": g.cc, "origin": g.origin, "generation": g.generation} for g in self.gpus
         ]
         return out
+
+
+def driver_against(  # noqa: PLR0917 - the finding's parts, in the order it reads
+    data: CompatData, driver: str, what: str, minimum: str, cuda_major: str, rule: str, source: str
+) -> Finding | None:
+    """Whether `driver` runs `what` (a toolkit, torch's CUDA runtime), which NVIDIA released with
+    `minimum`: None when it does; a warning when only CUDA minor-version compatibility covers it (the
+    driver is at or above the floor of that CUDA major); an error below the floor. check-spec judges
+    declared stacks with it, gpuenv doctor the drivers and environments it finds on a host."""
+    floor = data.minor_compat_floor.get(cuda_major)
+    if versions.driver_satisfies(driver, minimum):
+        return None
+    if floor is not None and versions.driver_satisfies(driver, floor):
+        return Finding(
+            rule,
+            WARNING,
+            f"driver {driver} is older than {what} was released with (>= {minimum}) and relies on "
+            f"CUDA minor-version compatibility",
+            f"drivers >= {floor} run any CUDA {cuda_major}.x application with a limited feature set: "
+            "PTX newer than the driver cannot be JIT-compiled",
+            f"use driver >= {minimum} (branch {versions.driver_branch(minimum)}) for full support",
+            [source, "nv_mvc"],
+        )
+    need = f"at least {floor} through minor-version compatibility, " if floor else ""
+    return Finding(
+        rule,
+        ERROR,
+        f"driver {driver} is too old for {what}",
+        f"{what} needs {need}and {minimum} for full support; older drivers fail with "
+        '"CUDA driver version is insufficient for CUDA runtime version"',
+        f'set driver: "{versions.driver_branch(minimum)}" or newer, or pick an older CUDA',
+        [source, "nv_mvc"],
+    )
 
 
 def gpu_cc(label: str, data: CompatData) -> str | None:

@@ -148,3 +148,16 @@ def test_a_reboot_of_the_controller_is_recognised_by_connection_or_machine_id() 
     assert "is the controller's" in same
     assert driver.reboots_the_controller("ssh", "3f2a0c9e1b7d4e6f8a9b0c1d2e3f4a5b", "0" * 32) is None
     assert driver.reboots_the_controller("ssh", "", "") is None  # no ids: nothing says it is the controller
+
+
+def test_rpm_qa_in_gpuenv_doctors_query_format() -> None:
+    """`rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' ...` for NVIDIA's RHEL 9 packages (names and versions as
+    NVIDIA's repository lists them: see data/README.md; no RHEL host was available)."""
+    text = (DATA / "doctor/rpm-qa-rhel9-nvidia.txt").read_text()
+    found = driver.parse_rpm_qa(text)
+    assert found["nvidia-driver"] == "595.71.05-1.el9"
+    assert found["kmod-nvidia-open-dkms"] == "595.71.05-1.el9"
+    assert driver.upstream(found["nvidia-driver"]) == "595.71.05"
+    assert len(found) == 5
+    # `rpm -q NAME` (not -qa) words a missing package as a sentence: no entry, not a package named "package".
+    assert driver.parse_rpm_qa("package cuda-drivers is not installed\n") == {}

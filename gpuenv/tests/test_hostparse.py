@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from gpuenv import hostparse
 
 DATA = Path(__file__).parent / "data"
@@ -60,3 +62,43 @@ def test_the_parsers_stay_python_3_8_and_standard_library_only() -> None:
         alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
     } | {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert imported <= {"__future__", "re"}, imported
+
+
+DOCTOR_DATA = DATA / "doctor"
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "cuda"),
+    [
+        ("torch-version-2.13.0+cu130.txt", "2.13.0+cu130", "13.0"),
+        ("torch-version-2.5.1+cu124.txt", "2.5.1+cu124", "12.4"),
+        ("torch-version-2.0.1+cu117.txt", "2.0.1+cu117", "11.7"),  # before the `cuda: Optional[str]` annotation
+        ("torch-version-2.13.0+cpu.txt", "2.13.0+cpu", None),
+    ],
+)
+def test_torch_version_file_of_real_wheels(name: str, version: str, cuda: str | None) -> None:
+    assert hostparse.torch_version_file((DOCTOR_DATA / name).read_text()) == {"version": version, "cuda": cuda}
+
+
+def test_torch_version_file_without_a_version_is_nothing() -> None:
+    assert hostparse.torch_version_file("cuda = '12.4'\n") == {}
+
+
+def test_os_release_of_debian_12_and_13() -> None:
+    bookworm = hostparse.parse_os_release((DOCTOR_DATA / "os-release-debian12").read_text())
+    assert (bookworm["ID"], bookworm["VERSION_ID"], bookworm["PRETTY_NAME"]) == (
+        "debian",
+        "12",
+        "Debian GNU/Linux 12 (bookworm)",
+    )
+    assert hostparse.parse_os_release((DOCTOR_DATA / "os-release-debian13").read_text())["VERSION_ID"] == "13"
+
+
+def test_the_nvml_library_version_a_mismatch_names() -> None:
+    assert hostparse.smi_nvml_version((DATA / "nvidia-smi-mismatch-580.txt").read_text()) == "580.178"
+    assert hostparse.smi_nvml_version((DOCTOR_DATA / "nvidia-smi-no-module-550.163.01.txt").read_text()) is None
+
+
+def test_nvidia_smi_without_a_loaded_module_observes_no_version() -> None:
+    said = (DOCTOR_DATA / "nvidia-smi-no-module-550.163.01.txt").read_text()
+    assert hostparse.parse_smi_driver(9, said) == (None, False)

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from gpuenv import rules
 from gpuenv.checkspec import check_file, check_mapping, cudnn_fetch_mode
+from gpuenv.compat import load
 
 
 def stack(**keys: Any) -> dict[str, Any]:
@@ -612,3 +614,20 @@ def test_a_system_cudnn_whose_matrix_drops_kepler_is_refused_for_kepler() -> Non
     assert "gpu-cudnn-cc" not in {
         e["rule"] for e in check_mapping({**kepler, "cudnn": "8.9.6", "gpu": "5.0"})["errors"]
     }
+
+
+def test_driver_against_a_cuda_runtime_passes_warns_or_refuses() -> None:
+    """The judgement check-spec makes of a declared driver, which gpuenv doctor makes of a host's."""
+    data = load()
+    what = "torch 2.13.0+cu130 (CUDA 13.0 runtime)"
+    assert rules.driver_against(data, "580.95.05", what, "580.65.06", "13", "driver-torch-cuda", "nv_rn_table3") is None
+    old = rules.driver_against(data, "550.163.01", what, "580.65.06", "13", "driver-torch-cuda", "nv_rn_table3")
+    assert old is not None
+    assert (old.severity, old.rule, old.sources) == ("error", "driver-torch-cuda", ["nv_rn_table3", "nv_mvc"])
+    assert "CUDA driver version is insufficient" in old.why
+    minor = rules.driver_against(
+        data, "535.309.01", "torch 2.5.1+cu124 (CUDA 12.4 runtime)", "550.54.14", "12", "driver-torch-cuda", "x"
+    )
+    assert minor is not None
+    assert minor.severity == "warning"
+    assert "minor-version compatibility" in minor.message

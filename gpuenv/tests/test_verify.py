@@ -360,3 +360,56 @@ def test_the_environment_kind_and_a_conda_builds_cuda_minor(tmp_path: Path) -> N
     assert not torchenv._cuda_matches("13.0", "12.4", "conda")
     assert torchenv._cuda_matches("12.4", "12.4", "venv")
     assert torchenv._cuda_matches(None, None, "venv")  # a CPU build, declared so
+
+
+def test_loader_problems_resolve_through_the_given_reader(tmp_path: Path) -> None:
+    """gpuenv doctor resolves a host tree's paths inside that tree: the check's logic takes its reader."""
+    files = {"/usr/local/cuda/lib64/libcudnn.so.9": "/usr/local/cuda-12.4/lib/libcudnn.so.9.1.0"}
+    files["/usr/local/cuda-12.4/lib/libcudnn.so.9"] = files["/usr/local/cuda/lib64/libcudnn.so.9"]
+    cache = {
+        "libcudnn.so.9": ["/usr/local/cuda/lib64/libcudnn.so.9"],
+        "libcudnn_ops.so.9": ["/usr/lib/x86_64-linux-gnu/libcudnn_ops.so.9"],
+    }
+    files["/usr/local/cuda-12.4/lib/libcudnn_ops.so.9"] = "/usr/local/cuda-12.4/lib/libcudnn_ops.so.9.1.0"
+    files["/usr/lib/x86_64-linux-gnu/libcudnn_ops.so.9"] = "/usr/lib/x86_64-linux-gnu/libcudnn_ops.so.9.0.0"
+    names = ["libcudnn.so.9", "libcudnn_ops.so.9", "libcudnn_cnn.so.9"]
+    found = cuda_tree.loader_problems(names, Path("/usr/local/cuda-12.4/lib"), cache, files.get)
+    assert found == [
+        "libcudnn_ops.so.9: the loader finds /usr/lib/x86_64-linux-gnu/libcudnn_ops.so.9, not "
+        "/usr/local/cuda-12.4/lib/libcudnn_ops.so.9",
+        "libcudnn_cnn.so.9: not in /usr/local/cuda-12.4/lib",
+    ]
+
+
+def test_the_module_field_comes_through_the_runner_given() -> None:
+    asked: list[list[str]] = []
+
+    def modinfo(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
+        asked.append(argv)
+        if argv[-1] == "nvidia-current":  # Debian's DKMS module; modinfo knows no "nvidia" there
+            return subprocess.CompletedProcess(argv, 0, "DKMS module signing key\n", "")
+        return subprocess.CompletedProcess(argv, 1, "", f"modinfo: ERROR: Module {argv[-1]} not found.\n")
+
+    assert host.module_field("signer", modinfo) == "DKMS module signing key"
+    assert asked == [["modinfo", "-F", "signer", "nvidia"], ["modinfo", "-F", "signer", "nvidia-current"]]
+    assert host.module_field("signer", lambda argv: None) is None  # no modinfo at all
+
+
+def test_the_arch_list_is_observed_where_no_gpu_is_visible() -> None:
+    """gpuenv doctor judges a build's kernels against the GPUs nvidia-smi lists when torch sees none."""
+
+    class Cuda:
+        @staticmethod
+        def get_arch_list() -> list[str]:
+            return ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+
+        @staticmethod
+        def is_available() -> bool:
+            return False
+
+    class Torch:
+        cuda = Cuda
+        version = type("V", (), {"cuda": "13.0"})
+
+    check = torchenv.arch_coverage(base.Context(torch=Torch))
+    assert (check.status, check.observed) == ("skip", Cuda.get_arch_list())

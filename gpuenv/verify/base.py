@@ -132,13 +132,14 @@ class Context:
     # `ldconfig -p` as text; None: run it when a check asks (tests give saved output).
     ldconfig_cache: str | None = None
 
-    def gpu_skip(self, spec: Spec, reason: str = NO_GPU, *, title: str | None = None) -> Check:
-        """A GPU check that cannot run: skip with the reason, or fail under --require-gpu."""
+    def gpu_skip(self, spec: Spec, reason: str = NO_GPU, *, title: str | None = None, observed: Any = None) -> Check:
+        """A GPU check that cannot run: skip with the reason (what it observed without a GPU, else the
+        reason, as observed), or fail under --require-gpu."""
         if self.require_gpu:
             return Check(
                 spec.id, FAIL, title or spec.title, observed=reason, expected="a GPU (--require-gpu)", hint=GPU_HINT
             )
-        return spec.skipped(reason, reason, title=title)
+        return spec.skipped(reason, reason if observed is None else observed, title=title)
 
     @cached_property
     def proc_driver(self) -> str | None:

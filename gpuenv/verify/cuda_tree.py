@@ -3,7 +3,9 @@ that cuDNN resolves through the loader's cache to the tree's own file."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from pathlib import PurePath
+from typing import TYPE_CHECKING
 
 from gpuenv import hostparse
 from gpuenv.verify.base import Checks, Context, Spec, run_tool
@@ -11,11 +13,39 @@ from gpuenv.verify.model import Check
 
 CHECKS = Checks()
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 _LOADER_HINT = (
     "run ldconfig: gpuenv writes /etc/ld.so.conf.d/gpuenv-cuda.conf, which gives the loader "
     "{lib}; if the loader still finds another copy, a file in /etc/ld.so.conf.d that comes first "
     "names another cuDNN: remove it or rerun the cudnn role"
 )
+
+
+def _real_file(path: str) -> str | None:
+    return os.path.realpath(path) if os.path.exists(path) else None
+
+
+def loader_problems(
+    names: list[str], lib: PurePath, cache: dict[str, list[str]], real: Callable[[str], str | None] = _real_file
+) -> list[str]:
+    """What keeps the loader from finding each library of `names` (sonames) in `lib`, the directory
+    that holds them: missing from lib, missing from the loader's cache (`ldconfig -p`, parsed), or
+    the cache's first entry another file. `real` gives a path's real file, None when there is none
+    (gpuenv doctor resolves inside the host tree it reads)."""
+    problems = []
+    for name in names:
+        own = lib / name
+        found = cache.get(name, [])
+        own_file = real(str(own))
+        if own_file is None:
+            problems.append(f"{name}: not in {lib}")
+        elif not found:
+            problems.append(f"{name}: not in the loader's cache")
+        elif real(found[0]) != own_file:
+            problems.append(f"{name}: the loader finds {found[0]}, not {own}")
+    return problems
 
 
 @CHECKS.add("cuda_tree.toolkit", "CUDA toolkit")
@@ -72,17 +102,7 @@ def cudnn_loader(ctx: Context, me: Spec) -> Check:
             expected=f"libcudnn*.so.{major} in {lib}",
             hint="run the cudnn role, which installs the declared cuDNN into the CUDA tree",
         )
-    cache = hostparse.parse_ldconfig(ctx.ldconfig())
-    problems = []
-    for name in names:
-        own = lib / name
-        found = cache.get(name, [])
-        if not own.exists():
-            problems.append(f"{name}: not in {lib}")
-        elif not found:
-            problems.append(f"{name}: not in the loader's cache")
-        elif Path(found[0]).resolve() != own.resolve():
-            problems.append(f"{name}: the loader finds {found[0]}, not {own}")
+    problems = loader_problems(names, lib, hostparse.parse_ldconfig(ctx.ldconfig()))
     if problems:
         return me.failed(
             f"{len(problems)} of {len(names)} cuDNN libraries do not load from {lib}",

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+from typing import TYPE_CHECKING
 
 from gpuenv import hostparse
 from gpuenv.verify.base import Checks, Context, Spec, run_tool
 from gpuenv.verify.model import Check
 
 CHECKS = Checks()
+
+if TYPE_CHECKING:  # Python 3.8 on the hosts cannot subscript Callable at runtime
+    from collections.abc import Callable
+
+    Runner = Callable[[list[str]], subprocess.CompletedProcess[str] | None]
 
 
 @CHECKS.add("host.nouveau", "nouveau")
@@ -24,13 +31,23 @@ def nouveau(ctx: Context, me: Spec) -> Check:
     return me.passed("nouveau is not loaded", False, False)
 
 
-def _module_signer() -> str | None:
-    if not shutil.which("modinfo"):
-        return None
-    for name in ("nvidia", "nvidia-current", "nvidia-current-open"):
-        run = run_tool(["modinfo", "-F", "signer", name])
-        if run.returncode == 0 and run.stdout.strip():
-            return run.stdout.strip()
+def _run_modinfo(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
+    return run_tool(argv) if shutil.which(argv[0]) else None
+
+
+# The module's names: NVIDIA's installer and repositories (nvidia), Debian's DKMS packages
+# (nvidia-current, nvidia-current-open).
+MODULE_NAMES = ("nvidia", "nvidia-current", "nvidia-current-open")
+
+
+def module_field(field: str, run: Runner = _run_modinfo) -> str | None:
+    """A field of the installed nvidia module (`modinfo -F FIELD`: signer, filename, version), from
+    the first of its names that modinfo knows; None when modinfo is missing or knows none of them.
+    gpuenv doctor passes its own runner (its commands run through one, for its tests)."""
+    for name in MODULE_NAMES:
+        found = run(["modinfo", "-F", field, name])
+        if found is not None and found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip()
     return None
 
 
@@ -42,7 +59,7 @@ def secure_boot(ctx: Context, me: Spec) -> Check:
         return me.passed("no UEFI Secure Boot variable: unsigned modules load", "absent")
     if not hostparse.secure_boot_on(found[0].read_bytes()):
         return me.passed("Secure Boot is off", "off")
-    signer = _module_signer()
+    signer = module_field("signer")
     if signer:
         return me.passed(
             f"Secure Boot is on; the nvidia module is signed by {signer}", {"secure_boot": "on", "signer": signer}

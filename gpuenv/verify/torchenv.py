@@ -85,7 +85,10 @@ def arch_coverage(ctx: Context, me: Spec) -> Check:
     if not arch_list:
         return me.skipped("this torch carries no CUDA kernels")
     if not ctx.gpu_visible:
-        return ctx.gpu_skip(me, title=f"kernel images for the GPUs (build has {' '.join(arch_list)})")
+        # The arch list as observed: gpuenv doctor judges it against the GPUs nvidia-smi names.
+        return ctx.gpu_skip(
+            me, title=f"kernel images for the GPUs (build has {' '.join(arch_list)})", observed=arch_list
+        )
     missing, how = [], []
     for i in range(t.cuda.device_count()):
         cc = _cc(t.cuda.get_device_capability(i))

@@ -1,0 +1,168 @@
+"""The host's findings, judged once for the whole host: the driver and the kernel (a reboot pending,
+nouveau, Secure Boot, no module loaded), the loader's cache against the cuDNN copied into a toolkit
+tree, and two toolkits that a build would mix. Each environment's are in findings."""
+
+from __future__ import annotations
+
+import posixpath
+
+from gpuenv.doctor.cuda import Cudnn, Toolkit
+from gpuenv.doctor.driver import PROC_VERSION, Driver, Gpu
+from gpuenv.doctor.findings import ERROR, WARNING, Finding
+
+
+def host_findings(drv: Driver, gpus: list[Gpu]) -> list[Finding]:
+    """The driver's and the kernel's: a reboot pending, nouveau, Secure Boot, no module at all."""
+    found = []
+    libs = drv.library_version or drv.nvml_library
+    if drv.kernel and (drv.mismatch or (libs and libs != drv.kernel)):
+        lib = drv.libraries.get("libcuda.so.1") or drv.libraries.get("libnvidia-ml.so.1") or drv.smi or ""
+        found.append(
+            Finding(
+                "driver-mismatch",
+                ERROR,
+                f"the loaded nvidia module is {drv.kernel} but the user-space libraries are "
+                f"{libs or 'another version'}: a reboot is pending",
+                "the driver's packages were upgraded while the old module stayed loaded; NVML and CUDA refuse to work "
+                'across versions: nvidia-smi says "Failed to initialize NVML: Driver/library version mismatch" and '
+                "torch.cuda.is_available() is False",
+                "reboot; or stop every process on the GPUs (sudo lsof /dev/nvidia*) and reload the modules: sudo rmmod "
+                "nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia",
+                [],
+                where=[PROC_VERSION, *([lib] if lib else [])],
+            )
+        )
+    if drv.nouveau:
+        if drv.nouveau_blacklist:
+            fix = (
+                f"{drv.nouveau_blacklist} blacklists nouveau, but the initramfs that loaded it predates that: "
+                "rebuild it (sudo update-initramfs -u; sudo dracut --force on RHEL) and reboot"
+            )
+        else:
+            fix = (
+                "blacklist it: printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee "
+                "/etc/modprobe.d/blacklist-nouveau.conf, then sudo update-initramfs -u (sudo dracut --force on "
+                "RHEL) and reboot; gpuenv's nvidia_driver role does this"
+            )
+        found.append(
+            Finding(
+                "nouveau-loaded",
+                ERROR,
+                "nouveau, the kernel's own driver for NVIDIA GPUs, is loaded",
+                "while nouveau holds the GPU the nvidia module cannot bind it: nvidia-smi fails and CUDA sees "
+                "no device",
+                fix,
+                ["nv_nouveau"],
+                where=["/proc/modules", *([drv.nouveau_blacklist] if drv.nouveau_blacklist else [])],
+            )
+        )
+    unsigned = drv.secure_boot == "on" and drv.module_file and not drv.module_signer and not drv.kernel
+    if unsigned:
+        found.append(
+            Finding(
+                "secure-boot-unsigned",
+                ERROR,
+                "Secure Boot is on and the nvidia module is not signed: the kernel refuses to load it",
+                "with Secure Boot on the kernel loads only modules signed by a trusted key; modinfo shows no "
+                "signer for "
+                f'{drv.module_file}, so modprobe fails with "Key was rejected by service"',
+                "sign it with an enrolled Machine Owner Key: on Debian, sudo mokutil --import /var/lib/dkms/mok.pub, "
+                "reboot and confirm the key in the MOK manager, then sudo dpkg-reconfigure nvidia-kernel-dkms (gpuenv: "
+                "nvidia_driver_secure_boot: sign); or turn Secure Boot off in the firmware",
+                ["debian_secureboot"],
+                where=[str(drv.secure_boot_var), str(drv.module_file)],
+            )
+        )
+    on_bus = [g for g in gpus if g.source == "lspci"]
+    if on_bus and not drv.kernel and not drv.nouveau and not unsigned:
+        names = ", ".join(g.name for g in on_bus)
+        why = (
+            f"the module is installed ({drv.module_file}) but not loaded: built for another kernel, or it failed "
+            "to load (dmesg says why)"
+            if drv.module_file
+            else "no nvidia module is installed for the running kernel"
+        )
+        fix = (
+            "sudo modprobe nvidia (nvidia-current with Debian's packages) and read dmesg if it fails; a DKMS "
+            "module missing for the running kernel: sudo dkms autoinstall"
+            if drv.module_file
+            else "install the driver (gpuenv: playbooks/site.yml; Debian: apt install nvidia-driver) and reboot"
+        )
+        found.append(
+            Finding(
+                "driver-not-loaded",
+                ERROR,
+                f"{names} on the PCI bus, but no NVIDIA kernel module is loaded",
+                why,
+                fix,
+                [],
+                where=[PROC_VERSION],
+            )
+        )
+    return found
+
+
+def loader_findings(copies: list[Cudnn]) -> list[Finding]:
+    """A toolkit tree's cuDNN in a directory the loader is told about, but not in its cache."""
+    found = []
+    for copy in (c for c in copies if c.loader):
+        other = [p for p in copy.loader if "the loader finds" in p]
+        grouped: dict[str, list[str]] = {}
+        for problem in copy.loader:
+            name, _, what = problem.partition(": ")
+            grouped.setdefault(what, []).append(name)
+        said = "; ".join(f"{what}: {', '.join(names)}" for what, names in grouped.items())
+        fix = f"sudo ldconfig (it reads {copy.configured} again and caches the files copied in since it last ran)"
+        if other:
+            fix += "; another copy comes first in the cache: remove it, or the ld.so.conf.d file that names it"
+        found.append(
+            Finding(
+                "cudnn-loader-cache",
+                ERROR,
+                f"cuDNN {copy.version or ''} in {copy.lib}: {len(copy.loader)} of {len(copy.sonames)} libraries "
+                "are not where the loader's cache looks",
+                f"{said}. {copy.configured} names {copy.lib}, but "
+                + ("another copy comes first in the cache" if other else "the cache predates the copy")
+                + "; cuDNN loads its parts by name, so a program fails with "
+                + f'"Could not load library {copy.sonames[-1]}"',
+                fix,
+                ["ldconfig_man"],
+                where=[copy.lib, str(copy.configured)],
+            )
+        )
+    return found
+
+
+def _named(t: Toolkit) -> str:
+    return t.package or ("/usr/local/cuda" if t.local_cuda else t.path)
+
+
+def toolkit_findings(toolkits: list[Toolkit]) -> list[Finding]:
+    """The nvcc a shell finds first and /usr/local/cuda are different CUDA releases."""
+    first = next((t for t in toolkits if t.on_path), None)
+    local = next((t for t in toolkits if t.local_cuda), None)
+    if first is None or local is None or first is local or not first.series or first.series == local.series:
+        return []
+    return [
+        Finding(
+            "toolkit-conflict",
+            WARNING,
+            f"the nvcc on PATH is CUDA {first.version} ({_named(first)}) but /usr/local/cuda is CUDA {local.version}",
+            "builds take one or the other: torch's CUDA extensions use $CUDA_HOME, else the nvcc on PATH "
+            f"(here {first.path}), else /usr/local/cuda, while Makefiles and NVIDIA's own samples use "
+            f"/usr/local/cuda; a build then mixes CUDA {first.series}'s compiler with CUDA {local.series}'s headers "
+            'and libraries, or torch stops it with "The detected CUDA version (...) mismatches the version that was '
+            'used to compile PyTorch (...)"',
+            "keep one toolkit: "
+            + (
+                f"sudo apt remove {first.package.split()[0]} (the distribution's CUDA, whose {first.path} a shell "
+                "finds first)"
+                if first.package
+                else f"take {first.path + '/bin' if first.kind == 'tree' else posixpath.dirname(first.path)} off PATH"
+            )
+            + f", or put {local.path}/bin first on PATH and export CUDA_HOME={local.path} where builds run; "
+            "gpuenv's cuda_toolkit role installs one tree and points /usr/local/cuda at it",
+            ["pt_cpp_extension"],
+            where=[first.path, *([local.path] if local.path != first.path else [])],
+        )
+    ]

@@ -1,0 +1,66 @@
+"""gpuenv verify's checks in each environment: the zipapp the gpu_verify role ships (gpuenv.verify.bundle),
+run with the environment's own Python in a subprocess with a timeout, with the LD_LIBRARY_PATH a
+session in that environment gets (so that the loader's choice of cuDNN is observed, not guessed).
+Its report is verify's JSON (gpuenv/data/verify.schema.json); a run that printed none becomes a
+report with one failing verify.run check, as for a host the playbooks could not check."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from gpuenv.doctor.envs import Env, LibPath
+from gpuenv.doctor.host import Host
+from gpuenv.verify import bundle, model
+
+# verify runs with any Python from 3.8 (its zipapp's floor).
+MIN_PYTHON = (3, 8)
+_HINT = "run the environment's Python by hand with the same command to see why; rebuild the environment if it is broken"
+
+
+def build(dest: Path) -> Path:
+    """The zipapp, written into dest (a temporary directory of doctor's)."""
+    return bundle.build(dest)[0]
+
+
+def library_path(env: Env, session: list[LibPath], shell: str) -> str:
+    """LD_LIBRARY_PATH as a job in this environment sees it: its activation scripts' directories, then
+    those every session gets (the profile files, then this shell's own value)."""
+    dirs = [d for lp in env.lib_paths for d in lp.dirs] + [d for lp in session for d in lp.dirs]
+    dirs += [d for d in shell.split(":") if d]
+    return ":".join(dict.fromkeys(dirs))
+
+
+def runnable(env: Env) -> str | None:
+    """Why verify cannot run in this environment, or None when it can."""
+    if not env.python:
+        return f"{env.path} has no bin/python"
+    if env.python_version and tuple(int(p) for p in env.python_version.split(".")) < MIN_PYTHON:
+        return f"its Python {env.python_version} is older than 3.8, the oldest gpuenv verify runs with"
+    return None
+
+
+def run(host: Host, env: Env, pyz: Path, ld_path: str, timeout: float) -> dict[str, Any]:
+    """verify's report for one environment (never None: a run that failed is a failing report)."""
+    environ = {k: v for k, v in host.environ.items() if k != "LD_LIBRARY_PATH"}
+    if ld_path:
+        environ["LD_LIBRARY_PATH"] = ld_path
+    argv = [env.python, str(pyz), "--json", "-", "--no-distributed"]
+    done = host.run(argv, timeout, environ)
+    result: dict[str, Any] = (
+        {"rc": None, "msg": f"{env.python}: no such file"}
+        if done is None
+        else {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+    )
+    if done is not None and done.returncode == 124:
+        result["stderr"] = f"verify ran past {timeout:g} s (--verify-timeout) and was stopped. {done.stderr}"
+    return model.from_command(result, os.uname().nodename, f"gpuenv verify did not run in {env.path}", _HINT)
+
+
+def check(report: dict[str, Any] | None, check_id: str) -> dict[str, Any] | None:
+    """One check of a verify report, by id."""
+    for entry in (report or {}).get("checks", []):
+        if entry.get("id") == check_id:
+            return dict(entry)
+    return None

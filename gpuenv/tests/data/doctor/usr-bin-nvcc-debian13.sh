@@ -1,0 +1,4 @@
+#!/bin/sh
+
+export PATH="/usr/lib/nvidia-cuda-toolkit/bin:$PATH"
+exec /usr/lib/nvidia-cuda-toolkit/bin/nvcc "$@"
