@@ -1,86 +1,12 @@
-"""Pure helpers for the nvidia_driver role: pick the pinned driver from what apt offers, and decide
-what a loaded driver means (which driver is loaded is read by gpuenv.hostparse.parse_proc_version,
-the parser verify uses too). Parsers are tested on saved command output (gpuenv/tests/data/)."""
+"""Pure decisions for the nvidia_driver role: what a loaded driver means (which driver is loaded is
+read by gpuenv.hostparse.parse_proc_version, the parser verify uses too), whether a reboot would hit
+the controller, and the kernel module flavor. What apt offers and what dpkg has (the pin's choice,
+what dpkg lacks or does not hold) is read by gpuenv.hostparse alone, which the role's module
+gpuenv_apt_pin carries to the hosts."""
 
 from __future__ import annotations
 
 from gpuenv import versions
-
-
-def parse_madison(text: str) -> list[str]:
-    """Versions offered, newest first, from `apt-cache madison PKG` ("nvidia-kernel-dkms |
-    535.309.01-0+deb12u1 | URL ...") or from `dnf repoquery --queryformat '%{version}-%{release}'`
-    (one "580.82.07-1.el9" per line)."""
-    found: list[str] = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split("|")]
-        version = parts[1] if len(parts) >= 3 else parts[0] if len(parts) == 1 and parts[0][:1].isdigit() else ""
-        if version and version not in found:
-            found.append(version)
-    return sorted(found, key=_debian_key, reverse=True)
-
-
-def parse_dpkg_query(text: str) -> dict[str, dict[str, str]]:
-    """`dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n' PKG...` as
-    {package: {"want": "i"|"h"|..., "state": "i"|"n"|..., "version": ...}}. Status-Abbrev is three
-    characters: the selection (h: hold), the package state (i: installed) and the error flag."""
-    found: dict[str, dict[str, str]] = {}
-    for line in text.splitlines():
-        if len(line) < 5 or line[3] != " ":
-            continue
-        fields = line[4:].split()
-        if not fields:
-            continue
-        found[fields[0]] = {"want": line[0], "state": line[1], "version": fields[1] if len(fields) > 1 else ""}
-    return found
-
-
-def parse_rpm_qa(text: str) -> dict[str, str]:
-    """`rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' PATTERN...` as {package: version-release}."""
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) == 2:
-            found[fields[0]] = fields[1]
-    return found
-
-
-def unsatisfied(status: dict[str, dict[str, str]], wanted: list[str]) -> list[str]:
-    """The entries of an apt install list ("pkg" or "pkg=version") that dpkg does not have."""
-    missing = []
-    for entry in wanted:
-        name, _, version = entry.partition("=")
-        have = status.get(name)
-        if have is None or have["state"] != "i" or (version and have["version"] != version):
-            missing.append(entry)
-    return missing
-
-
-def unheld(status: dict[str, dict[str, str]], packages: list[str]) -> list[str]:
-    """The packages dpkg does not hold (selection "h"), whether installed or not."""
-    return [p for p in packages if status.get(p, {}).get("want") != "h"]
-
-
-def upstream(debian_version: str) -> str:
-    """535.309.01 from the Debian version 535.309.01-0+deb12u1 (and from 1:535.309.01-1)."""
-    return debian_version.split(":", 1)[-1].split("-", 1)[0]
-
-
-def _debian_key(debian_version: str) -> tuple[tuple[int, ...], str]:
-    up = upstream(debian_version)
-    try:
-        return versions.parse(up), debian_version
-    except ValueError:
-        return (), debian_version
-
-
-def pick(available: list[str], pin: str) -> str | None:
-    """The newest Debian version matching a branch pin ("535") or an exact pin ("535.261.03")."""
-    if "." in pin:
-        matching = [v for v in available if upstream(v) == pin]
-    else:
-        matching = [v for v in available if upstream(v).split(".")[0] == pin]
-    return max(matching, key=_debian_key) if matching else None
 
 
 def reboot_needed(loaded: str | None, installed: str | None, gpu_present: bool) -> bool:

@@ -211,3 +211,98 @@ def parse_os_release(text: str) -> dict[str, str]:
                 value = value[1:-1]
             out[key] = value
     return out
+
+
+# --- packages: what apt, dnf and dpkg say about a package's versions ----------------------------
+# Read by the driver role's module (gpuenv_apt_pin, on the hosts), by gpuenv.driver and
+# gpuenv.services for the filters, and by the tests: the pin's choice and what dpkg lacks or does not
+# hold are read straight off these outputs, so they live here with their parsers.
+
+
+def package_upstream(version: str) -> str:
+    """535.309.01 from the Debian version 535.309.01-0+deb12u1 (and from 1:535.309.01-1, and from
+    the RPM version-release 580.82.07-1.el9)."""
+    return version.split(":", 1)[-1].split("-", 1)[0]
+
+
+def _package_key(version: str) -> tuple[tuple[int, ...], str]:
+    """Sort key: the upstream version numerically (a non-numeric one first), then the whole string."""
+    parts = package_upstream(version).split(".")
+    numeric = tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
+    return numeric, version
+
+
+def parse_madison(text: str) -> list[str]:
+    """Versions offered, newest first, from `apt-cache madison PKG` ("nvidia-kernel-dkms |
+    535.309.01-0+deb12u1 | URL ...") or from `dnf repoquery --queryformat '%{version}-%{release}'`
+    (one "580.82.07-1.el9" per line)."""
+    found: list[str] = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        version = parts[1] if len(parts) >= 3 else parts[0] if len(parts) == 1 and parts[0][:1].isdigit() else ""
+        if version and version not in found:
+            found.append(version)
+    return sorted(found, key=_package_key, reverse=True)
+
+
+def pick_version(available: list[str], pin: str) -> str | None:
+    """The newest version matching a branch pin ("535") or an exact pin ("535.261.03")."""
+    if "." in pin:
+        matching = [v for v in available if package_upstream(v) == pin]
+    else:
+        matching = [v for v in available if package_upstream(v).split(".")[0] == pin]
+    return max(matching, key=_package_key) if matching else None
+
+
+def pin_choice(madison: str, pin: str) -> dict[str, object]:
+    """What a pin picks from `apt-cache madison` (or repoquery) text: {"version": the newest matching
+    package version or None, "upstream": its upstream part or None, "available": every version offered,
+    newest first}; the shape the roles' refusals read."""
+    available = parse_madison(madison)
+    version = pick_version(available, pin)
+    return {"version": version, "upstream": package_upstream(version) if version else None, "available": available}
+
+
+# The format every reader of dpkg's state asks for: parse_dpkg_query reads it.
+DPKG_QUERY_FORMAT = "${db:Status-Abbrev} ${Package} ${Version}\n"
+
+
+def parse_dpkg_query(text: str) -> dict[str, dict[str, str]]:
+    """`dpkg-query -W -f DPKG_QUERY_FORMAT PKG...` as {package: {"want": "i"|"h"|..., "state":
+    "i"|"n"|..., "version": ...}}. Status-Abbrev is three characters: the selection (h: hold), the
+    package state (i: installed) and the error flag."""
+    found: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        if len(line) < 5 or line[3] != " ":
+            continue
+        fields = line[4:].split()
+        if not fields:
+            continue
+        found[fields[0]] = {"want": line[0], "state": line[1], "version": fields[1] if len(fields) > 1 else ""}
+    return found
+
+
+def dpkg_unsatisfied(status: dict[str, dict[str, str]], wanted: list[str]) -> list[str]:
+    """The entries of an apt install list ("pkg" or "pkg=version") that dpkg does not have."""
+    missing = []
+    for entry in wanted:
+        name, _, version = entry.partition("=")
+        have = status.get(name)
+        if have is None or have["state"] != "i" or (version and have["version"] != version):
+            missing.append(entry)
+    return missing
+
+
+def dpkg_unheld(status: dict[str, dict[str, str]], packages: list[str]) -> list[str]:
+    """The packages dpkg does not hold (selection "h"), whether installed or not."""
+    return [p for p in packages if status.get(p, {}).get("want") != "h"]
+
+
+def parse_rpm_qa(text: str) -> dict[str, str]:
+    """`rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' PATTERN...` as {package: version-release}."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2:
+            found[fields[0]] = fields[1]
+    return found

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuenv import driver, hostparse
+from gpuenv import hostparse
 from gpuenv.compat import CompatData, load
 
 MODES = ("off", "on", "auto")
@@ -182,11 +182,11 @@ def pick_package(madison: Mapping[str, Any], names: Sequence[str], version: str 
     newest offered), from `apt-cache madison`-style text per name (gpuenv_apt_index, or
     repoquery_as_madison): {"name", "version" (the package's full version), "available" (per name),
     "offered" (the same as one line, for refusals)}. name and version are None when none offers it."""
-    available = {name: driver.parse_madison(str(madison.get(name) or "")) for name in names}
+    available = {name: hostparse.parse_madison(str(madison.get(name) or "")) for name in names}
     offered = "; ".join(f"{name}: {', '.join(v) if v else 'none'}" for name, v in available.items())
     for name in names:
         versions = available[name]
-        chosen = (versions[0] if versions else None) if version is None else driver.pick(versions, version)
+        chosen = (versions[0] if versions else None) if version is None else hostparse.pick_version(versions, version)
         if chosen:
             return {"name": name, "version": chosen, "available": available, "offered": offered}
     return {"name": None, "version": None, "available": available, "offered": offered}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpuenv import driver as driver_pkg
 from gpuenv import hostparse, probes
 from gpuenv.compat import CompatData
 from gpuenv.doctor.host import Host
@@ -71,7 +70,7 @@ class Driver:
 
     @property
     def package_version(self) -> str | None:
-        versions = [driver_pkg.upstream(p.version) for p in self.packages if _DRIVER_PACKAGE.match(p.name)]
+        versions = [hostparse.package_upstream(p.version) for p in self.packages if _DRIVER_PACKAGE.match(p.name)]
         return max(versions, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)), default=None)
 
     @property
@@ -106,12 +105,12 @@ def packages(host: Host) -> list[Package]:
     found: list[Package] = []
     run = host.run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\n", *DPKG_PATTERNS])
     if run is not None:  # exit 1 when a pattern matches nothing; the rest is still listed
-        for name, entry in driver_pkg.parse_dpkg_query(run.stdout).items():
+        for name, entry in hostparse.parse_dpkg_query(run.stdout).items():
             if entry["state"] == "i":
                 found.append(Package(name, entry["version"], "dpkg"))
     run = host.run(["rpm", "-qa", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\n", *RPM_PATTERNS])
     if run is not None and run.returncode == 0:
-        found += [Package(n, v, "rpm") for n, v in driver_pkg.parse_rpm_qa(run.stdout).items()]
+        found += [Package(n, v, "rpm") for n, v in hostparse.parse_rpm_qa(run.stdout).items()]
     return found
 
 

@@ -87,12 +87,36 @@ def venv_env() -> dict[str, str]:
     return env
 
 
+MODULE_UTILS = REPO / "plugins" / "module_utils"
+
+
+def module_utils(name: str) -> ModuleType:
+    """plugins/module_utils/<name>.py as gpuenv's modules import it, ansible.module_utils.<name>: a
+    link into the package (gpuenv_hostparse) is the package's own module, so that the tests and the
+    controller's code share one object; any other file is loaded from itself."""
+    key = f"ansible.module_utils.{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    path = MODULE_UTILS / f"{name}.py"
+    if path.is_symlink():
+        module = importlib.import_module(f"gpuenv.{path.resolve().stem}")
+    else:
+        spec = importlib.util.spec_from_file_location(key, path)
+        assert spec
+        assert spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    sys.modules[key] = module
+    return module
+
+
 def load_plugin(relative: str) -> ModuleType:
     """One of gpuenv's plugins (plugins/modules/x.py, plugins/callback/x.py) imported from its file, with
-    gpuenv.hostparse standing in for the module_utils Ansible would ship beside a module."""
-    from gpuenv import hostparse  # noqa: PLC0415
-
-    sys.modules.setdefault("ansible.module_utils.gpuenv_hostparse", hostparse)
+    every module_utils file standing in for the copy Ansible would ship beside a module (the links into
+    the package first: the other files import them)."""
+    for path in sorted(MODULE_UTILS.glob("*.py"), key=lambda p: (not p.is_symlink(), p.name)):
+        module_utils(path.stem)
     path = REPO / relative
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec

@@ -16,7 +16,7 @@ def _read(name: str) -> str:
 
 
 def test_madison_on_bookworm_lists_security_and_main() -> None:
-    available = driver.parse_madison(_read("apt-cache-madison-nvidia-kernel-dkms-bookworm.txt"))
+    available = hostparse.parse_madison(_read("apt-cache-madison-nvidia-kernel-dkms-bookworm.txt"))
     assert available == ["535.309.01-0+deb12u1", "535.261.03-1"]
 
 
@@ -30,14 +30,17 @@ def test_madison_on_bookworm_lists_security_and_main() -> None:
     ],
 )
 def test_pick_on_bookworm(pin: str, chosen: str | None) -> None:
-    assert driver.pick(driver.parse_madison(_read("apt-cache-madison-nvidia-kernel-dkms-bookworm.txt")), pin) == chosen
+    assert (
+        hostparse.pick_version(hostparse.parse_madison(_read("apt-cache-madison-nvidia-kernel-dkms-bookworm.txt")), pin)
+        == chosen
+    )
 
 
 def test_pick_on_trixie() -> None:
-    available = driver.parse_madison(_read("apt-cache-madison-nvidia-kernel-dkms-trixie.txt"))
-    assert driver.pick(available, "550") == "550.163.01-2"
-    assert driver.upstream("550.163.01-2") == "550.163.01"
-    assert driver.upstream("1:535.309.01-0+deb12u1") == "535.309.01"
+    available = hostparse.parse_madison(_read("apt-cache-madison-nvidia-kernel-dkms-trixie.txt"))
+    assert hostparse.pick_version(available, "550") == "550.163.01-2"
+    assert hostparse.package_upstream("550.163.01-2") == "550.163.01"
+    assert hostparse.package_upstream("1:535.309.01-0+deb12u1") == "535.309.01"
 
 
 def test_proc_version_open_module() -> None:
@@ -93,14 +96,14 @@ def test_flavor_follows_the_open_modules_floor(requested: str, ccs: list[str], f
 
 def test_dnf_repoquery_lines_are_read_like_madison() -> None:
     # The layout `dnf repoquery --queryformat '%{version}-%{release}\n'` prints, one per line.
-    available = driver.parse_madison("575.57.08-1.el9\n580.82.07-1.el9\n\n580.65.06-1.el9\n")
+    available = hostparse.parse_madison("575.57.08-1.el9\n580.82.07-1.el9\n\n580.65.06-1.el9\n")
     assert available == ["580.82.07-1.el9", "580.65.06-1.el9", "575.57.08-1.el9"]
-    assert driver.pick(available, "580") == "580.82.07-1.el9"
-    assert driver.upstream("580.82.07-1.el9") == "580.82.07"
+    assert hostparse.pick_version(available, "580") == "580.82.07-1.el9"
+    assert hostparse.package_upstream("580.82.07-1.el9") == "580.82.07"
 
 
 def test_dpkg_query_tells_installed_held_and_absent() -> None:
-    status = driver.parse_dpkg_query(_read("dpkg-query-status-nvidia-bookworm.txt"))
+    status = hostparse.parse_dpkg_query(_read("dpkg-query-status-nvidia-bookworm.txt"))
     assert status == {
         "libcuda1": {"want": "i", "state": "i", "version": "535.309.01-0+deb12u1"},
         "nvidia-kernel-dkms": {"want": "u", "state": "n", "version": ""},
@@ -124,13 +127,13 @@ def test_dpkg_query_tells_installed_held_and_absent() -> None:
     ],
 )
 def test_unsatisfied_lists_what_apt_must_install(wanted: list[str], missing: list[str]) -> None:
-    status = driver.parse_dpkg_query(_read("dpkg-query-status-nvidia-bookworm.txt"))
-    assert driver.unsatisfied(status, wanted) == missing
+    status = hostparse.parse_dpkg_query(_read("dpkg-query-status-nvidia-bookworm.txt"))
+    assert hostparse.dpkg_unsatisfied(status, wanted) == missing
 
 
 def test_unheld_lists_what_the_role_must_hold() -> None:
-    status = driver.parse_dpkg_query(_read("dpkg-query-status-nvidia-bookworm.txt"))
-    assert driver.unheld(status, ["libcuda1", "nvidia-kernel-dkms", "nvidia-smi", "firmware-nvidia-gsp"]) == [
+    status = hostparse.parse_dpkg_query(_read("dpkg-query-status-nvidia-bookworm.txt"))
+    assert hostparse.dpkg_unheld(status, ["libcuda1", "nvidia-kernel-dkms", "nvidia-smi", "firmware-nvidia-gsp"]) == [
         "libcuda1",
         "nvidia-kernel-dkms",
         "firmware-nvidia-gsp",
@@ -154,10 +157,10 @@ def test_rpm_qa_in_gpuenv_doctors_query_format() -> None:
     """`rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' ...` for NVIDIA's RHEL 9 packages (names and versions as
     NVIDIA's repository lists them: see data/README.md; no RHEL host was available)."""
     text = (DATA / "doctor/rpm-qa-rhel9-nvidia.txt").read_text()
-    found = driver.parse_rpm_qa(text)
+    found = hostparse.parse_rpm_qa(text)
     assert found["nvidia-driver"] == "595.71.05-1.el9"
     assert found["kmod-nvidia-open-dkms"] == "595.71.05-1.el9"
-    assert driver.upstream(found["nvidia-driver"]) == "595.71.05"
+    assert hostparse.package_upstream(found["nvidia-driver"]) == "595.71.05"
     assert len(found) == 5
     # `rpm -q NAME` (not -qa) words a missing package as a sentence: no entry, not a package named "package".
-    assert driver.parse_rpm_qa("package cuda-drivers is not installed\n") == {}
+    assert hostparse.parse_rpm_qa("package cuda-drivers is not installed\n") == {}

@@ -83,6 +83,17 @@ def test_nvidia_driver_refuses_a_repository_url_that_adds_an_apt_directive(
 
 
 @pytest.mark.ansible
+def test_nvidia_driver_without_the_preflight_says_to_run_it(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    # No gpu_stack_resolved and no nvidia_driver_version: the raw gpu_stack is not read in its stead.
+    msg = _refusal(
+        tmp_path, venv_env, "nvidia_driver", gpu_stack={"driver": "550"}, nvidia_driver_reboot_policy="never"
+    )
+    assert 'version ""' in msg
+    assert "No resolved stack: the preflight role (gpu_stack) did not run" in msg
+    assert "or set nvidia_driver_version" in msg
+
+
+@pytest.mark.ansible
 def test_pytorch_env_refuses_a_group_that_would_run_in_every_login_shell(
     tmp_path: Path, venv_env: dict[str, str]
 ) -> None:

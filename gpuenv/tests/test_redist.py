@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv import driver, hostparse, redist
+from gpuenv import hostparse, redist
 
 DATA = Path(__file__).parent / "data"
 
@@ -103,7 +103,7 @@ def test_ldconfig_libs() -> None:
 
 @pytest.mark.parametrize(("suite", "release"), [("bookworm", "11.8.0"), ("trixie", "12.4.1")])
 def test_debian_toolkit_release(suite: str, release: str) -> None:
-    (version,) = driver.parse_madison((DATA / f"apt-cache-madison-nvidia-cuda-toolkit-{suite}.txt").read_text())
+    (version,) = hostparse.parse_madison((DATA / f"apt-cache-madison-nvidia-cuda-toolkit-{suite}.txt").read_text())
     assert redist.debian_toolkit_release(version) == release
 
 

@@ -154,7 +154,7 @@ def test_a_snapshot_starts_new_hosts_with_their_own_identity(sandbox: tuple[flee
 
 def test_down_after_a_crashed_up_leaves_nothing(sandbox: tuple[fleet.State, Path]) -> None:
     assert fleet.leftovers()  # the fixture's fleet is up
-    inside = [pid for pid, _ in fleet._container_pids()]
+    inside = [pid for pid, _ in fleet.container_pids()]
     assert inside  # the hosts' systemd and sshd
     # A crashed `up` may have recorded nothing: down must find everything by name alone, the
     # containers' own processes included (a killed nspawn leaves its container's systemd running).

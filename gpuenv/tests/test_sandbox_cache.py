@@ -140,7 +140,7 @@ def test_clients_that_arrive_while_the_download_ends_get_it_whole(servers: tuple
 def test_the_part_or_the_final_file_is_opened(tmp_path: Path) -> None:
     final = tmp_path / "x.deb"
     final.write_bytes(b"done")
-    with cache._open_either(tmp_path / "x.deb.part", final) as f:  # renamed before it was opened
+    with cache.open_either(tmp_path / "x.deb.part", final) as f:  # renamed before it was opened
         assert f.read() == b"done"
 
 

@@ -16,9 +16,7 @@ except ImportError:  # ansible-playbook from a Python without gpuenv: use the re
 
 def gpuenv_driver_pick(madison: str, pin: str) -> dict[str, Any]:
     """{"version": newest Debian version matching the pin or None, "available": every version offered}."""
-    available = driver.parse_madison(str(madison))
-    chosen = driver.pick(available, str(pin))
-    return {"version": chosen, "upstream": driver.upstream(chosen) if chosen else None, "available": available}
+    return hostparse.pin_choice(str(madison), str(pin))
 
 
 def gpuenv_driver_flavor(requested: str, ccs: list[Any]) -> dict[str, Any]:
@@ -44,12 +42,12 @@ def gpuenv_reboots_the_controller(connection: Any, host_machine_id: Any, control
 
 def gpuenv_dpkg_unsatisfied(dpkg_query: str, wanted: list[str]) -> list[str]:
     """Entries of an apt install list ("pkg" or "pkg=version") that dpkg does not have installed."""
-    return driver.unsatisfied(driver.parse_dpkg_query(str(dpkg_query)), [str(w) for w in wanted])
+    return hostparse.dpkg_unsatisfied(hostparse.parse_dpkg_query(str(dpkg_query)), [str(w) for w in wanted])
 
 
 def gpuenv_dpkg_unheld(dpkg_query: str, packages: list[str]) -> list[str]:
     """The packages dpkg does not hold."""
-    return driver.unheld(driver.parse_dpkg_query(str(dpkg_query)), [str(p) for p in packages])
+    return hostparse.dpkg_unheld(hostparse.parse_dpkg_query(str(dpkg_query)), [str(p) for p in packages])
 
 
 class FilterModule:

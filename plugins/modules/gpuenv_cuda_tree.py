@@ -5,16 +5,27 @@ running process uses."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
-import shutil
 import tarfile
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpuenv_hostparse import cudnn_header_version
+from ansible.module_utils.gpuenv_cudnn_files import (
+    MARKER,
+    TreeError,
+    build_composed,
+    complete,
+    composed_name,
+    header_version,
+    in_place,
+    legacy_files,
+    link_target,
+    prune,
+    read_json,
+    switch,
+    unpack,
+    unpacked_info,
+)
 
 DOCUMENTATION = r"""
 module: gpuenv_cuda_tree
@@ -82,7 +93,6 @@ options:
     type: bool
     default: true
 """
-
 EXAMPLES = r"""
 - name: Give CUDA 11.8 the declared cuDNN
   gpuenv_cuda_tree:
@@ -91,7 +101,6 @@ EXAMPLES = r"""
     cudnn_sha256: "{{ cudnn_archive.sha256 }}"
     cudnn_version: 8.6.0.163
 """
-
 RETURN = r"""
 tree:
   description: The tree the link points at now.
@@ -118,335 +127,8 @@ needed:
   type: bool
 """
 
-MARKER = ".gpuenv-cudnn.json"
-UNPACKED = ".gpuenv-unpacked.json"
-LEGACY = "cuda/include + cuda/lib64 (.tgz, up to 8.3.0)"
-REDIST = "<name>/include + <name>/lib (redist, 8.3.1 on)"
 
-
-class TreeError(Exception):
-    """What is wrong, and how to fix it: the module's failure message."""
-
-
-# --- the archive -------------------------------------------------------------------------------
-def member_problem(name: str, kind: str, linkname: str = "") -> str | None:
-    """Why a tar member must not be unpacked, or None. kind: file, dir, symlink or other."""
-    parts = name.split("/")
-    if name.startswith("/") or ".." in parts or "" in parts[:-1]:
-        return f"{name!r} is not a plain relative path"
-    if kind == "other":
-        return f"{name!r} is not a file, directory or symbolic link"
-    if kind == "symlink" and (not linkname or "/" in linkname or linkname in (".", "..")):
-        return f"{name!r} links to {linkname!r}, outside its own directory"
-    return None
-
-
-def member_name(name: str) -> str:
-    """A member's name without the "./" some tar files put first, nor a trailing "/"."""
-    while name.startswith("./"):
-        name = name[2:]
-    return name.rstrip("/")
-
-
-def detect_layout(names: list[str]) -> dict[str, str]:
-    """The layout of a cuDNN tarball from its member names: {layout, top, include, lib}. A folder
-    counts when something lies in it."""
-    split = [n.split("/") for n in (member_name(n) for n in names) if n not in ("", ".")]
-    tops = {parts[0] for parts in split}
-    if len(tops) != 1:
-        raise TreeError(f"the tarball has {len(tops)} top folders ({', '.join(sorted(tops)[:4])}), not one")
-    top = tops.pop()
-    dirs = {parts[1] for parts in split if len(parts) >= 3}
-    if "include" in dirs and "lib64" in dirs and "lib" not in dirs:
-        return {"layout": LEGACY, "top": top, "include": "include", "lib": "lib64"}
-    if "include" in dirs and "lib" in dirs:
-        return {"layout": REDIST, "top": top, "include": "include", "lib": "lib"}
-    raise TreeError(
-        f"the tarball's folder {top}/ holds {', '.join(sorted(dirs)) or 'no folder with files'}: neither cuDNN "
-        f"layout ({LEGACY}; {REDIST})"
-    )
-
-
-def _kind(member: tarfile.TarInfo) -> str:
-    if member.isreg():
-        return "file"
-    if member.isdir():
-        return "dir"
-    if member.issym():
-        return "symlink"
-    return "other"
-
-
-def sha256_of(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def unpacked_info(unpack_dir: str, sha256: str) -> dict[str, Any] | None:
-    """The record of a complete unpack of that tarball, or None."""
-    info = read_json(os.path.join(unpack_dir, sha256, UNPACKED))
-    return info if info and info.get("sha256") == sha256 else None
-
-
-def unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[str, Any]:
-    """Unpack the tarball into unpack_dir/<sha256>/{include,lib}, checked; returns its record. What
-    a failure (a full disk, a bad member) leaves half-done is removed."""
-    partial = os.path.join(unpack_dir, sha256) + ".partial"
-    try:
-        return _unpack(archive, sha256, version, unpack_dir)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-
-
-def _unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[str, Any]:
-    if not os.path.isfile(archive):
-        raise TreeError(f"no cuDNN tarball at {archive} and no unpacked copy of it in {unpack_dir}/{sha256}")
-    actual = sha256_of(archive)
-    if actual != sha256:
-        raise TreeError(f"{archive}: sha256 is {actual}, expected {sha256}; the file was not used")
-    dest = os.path.join(unpack_dir, sha256)
-    partial = dest + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    os.makedirs(partial, mode=0o755)
-    with tarfile.open(archive, "r:*") as tar:
-        members = tar.getmembers()
-        problems = [p for m in members if (p := member_problem(member_name(m.name), _kind(m), m.linkname))]
-        if problems:
-            raise TreeError(f"{os.path.basename(archive)} is refused: {'; '.join(problems[:3])}")
-        layout = detect_layout([m.name for m in members])
-        files = []
-        for m in members:
-            rel = member_name(m.name).split("/")[1:]
-            if len(rel) < 2 or rel[0] not in (layout["include"], layout["lib"]):
-                continue  # the license and notes stay in the tarball
-            where = ["include" if rel[0] == layout["include"] else "lib", *rel[1:]]
-            path = os.path.join(partial, *where)
-            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            if m.isdir():
-                os.makedirs(path, mode=0o755, exist_ok=True)
-                continue
-            if m.issym():
-                os.symlink(m.linkname, path)
-            else:
-                src = tar.extractfile(m)
-                if src is None:
-                    raise TreeError(f"{archive}: {m.name} cannot be read")
-                with src, open(path, "wb") as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
-                # a+r, go-w: NVIDIA's chmod a+r, and nobody but root changes what the loader loads.
-                os.chmod(path, (m.mode | 0o444) & 0o755)
-            files.append("/".join(where))
-    found = header_version(partial)
-    want = ".".join(version.split(".")[:3])
-    if found != want:
-        raise TreeError(
-            f"{os.path.basename(archive)} holds cuDNN {found or 'of no readable version (no cudnn_version.h)'}, "
-            f"not {version}: check the tarball's URL or path and the declared cuDNN"
-        )
-    info = {
-        "sha256": sha256,
-        "version": version,
-        "layout": layout["layout"],
-        "archive": os.path.basename(archive),
-        "files": sorted(files),
-    }
-    write_json(os.path.join(partial, UNPACKED), info)
-    shutil.rmtree(dest, ignore_errors=True)
-    os.rename(partial, dest)
-    return info
-
-
-# --- trees -------------------------------------------------------------------------------------
-def read_json(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def write_json(path: str, data: dict[str, Any]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
-def link_target(link: str) -> str:
-    return os.path.normpath(os.path.join(os.path.dirname(link), os.readlink(link)))
-
-
-def composed_name(base: str, info: dict[str, Any]) -> str:
-    return f"{base}+cudnn-{info['version']}-{info['sha256'][:12]}"
-
-
-def _inside(root: str, rel: str) -> str:
-    """root/rel with its links followed, refused unless it stays inside root."""
-    path = os.path.realpath(os.path.join(root, rel))
-    if os.path.commonpath([path, os.path.realpath(root)]) != os.path.realpath(root):
-        raise TreeError(f"{root}/{rel} leads out of the tree, to {path}")
-    return path
-
-
-def _link_or_copy(src: str, dest: str) -> None:
-    try:
-        os.link(src, dest)
-    except OSError:  # another filesystem: a copy costs space, nothing else
-        shutil.copy2(src, dest)
-
-
-def place_files(unpacked: str, info: dict[str, Any], tree: str) -> list[str]:
-    """Put the unpacked cuDNN's files into tree's include/ and lib64/ (or lib/), never writing
-    through a name that is there already (it may be a hard link to another tree's file)."""
-    placed = []
-    for rel in info["files"]:
-        top, rest = rel.split("/", 1)
-        where = "include" if top == "include" else ("lib64" if os.path.lexists(os.path.join(tree, "lib64")) else "lib")
-        folder = _inside(tree, where)
-        dest = os.path.join(folder, rest)
-        os.makedirs(os.path.dirname(dest), mode=0o755, exist_ok=True)
-        src = os.path.join(unpacked, rel)
-        tmp = dest + ".gpuenv-new"
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        if os.path.islink(src):
-            os.symlink(os.readlink(src), tmp)
-        else:
-            _link_or_copy(src, tmp)
-        os.replace(tmp, dest)
-        placed.append(f"{where}/{rest}")
-    return placed
-
-
-def hardlink_tree(base: str, dest: str, skip: set[str]) -> None:
-    """A copy of base whose files are hard links (instant, and no space but directory entries),
-    without the files named in skip (relative paths, as a legacy record lists them)."""
-    for root, dirs, files in os.walk(base):
-        rel = os.path.relpath(root, base)
-        target = os.path.normpath(os.path.join(dest, rel))
-        os.makedirs(target, exist_ok=True)
-        shutil.copystat(root, target)
-        for name in dirs + files:
-            src, out = os.path.join(root, name), os.path.join(target, name)
-            if os.path.normpath(os.path.join(rel, name)) in skip:
-                continue
-            if os.path.islink(src):
-                os.symlink(os.readlink(src), out)
-            elif name in files:
-                _link_or_copy(src, out)
-
-
-def legacy_files(tree: str) -> set[str]:
-    """The cuDNN files gpuenv's earlier cudnn role copied into a toolkit tree itself (its record
-    has no base), as paths relative to the tree with its links followed."""
-    marker = read_json(os.path.join(tree, MARKER))
-    if not marker or "base" in marker:
-        return set()
-    real = os.path.realpath(tree)
-    found = {MARKER}
-    for rel in marker.get("files", []):
-        path = os.path.realpath(os.path.join(tree, os.path.dirname(str(rel))))
-        found.add(os.path.normpath(os.path.join(os.path.relpath(path, real), os.path.basename(str(rel)))))
-    return found
-
-
-def build_composed(base: str, unpacked: str, info: dict[str, Any]) -> None:
-    """The tree <base>+cudnn-..., built in staging and renamed into place when complete; a failure
-    (a full disk) removes the staging copy."""
-    name = composed_name(base, info)
-    staging = os.path.join(os.path.dirname(base), ".staging-" + os.path.basename(name))
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        _fill_staging(base, staging, unpacked, info)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    shutil.rmtree(name, ignore_errors=True)  # an unfinished tree of that name: its record was not written
-    os.rename(staging, name)
-
-
-def _fill_staging(base: str, staging: str, unpacked: str, info: dict[str, Any]) -> None:
-    hardlink_tree(base, staging, legacy_files(base))
-    files = place_files(unpacked, info, staging)
-    record = {k: info[k] for k in ("version", "sha256", "layout", "archive")}
-    record.update(base=base, source=unpacked, files=sorted(files))
-    write_json(os.path.join(staging, MARKER), record)
-
-
-def switch(link: str, target: str) -> None:
-    tmp = link + ".gpuenv-new"
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    os.symlink(target, tmp)
-    os.replace(tmp, link)
-
-
-def complete(tree: str, base: str, info: dict[str, Any] | None) -> bool:
-    if info is None:
-        return os.path.isdir(tree) and not legacy_files(tree)
-    marker = read_json(os.path.join(tree, MARKER))
-    return bool(marker and marker.get("sha256") == info["sha256"] and marker.get("base") == base)
-
-
-_TOOLKIT_TREE = re.compile(r"^(\d+\.\d+\.\d+)-[0-9a-f]+$")
-
-
-def prune(base: str, keep: set[str], versions: bool) -> list[str]:
-    """Remove base's other cuDNN trees (and with versions, when base is a toolkit tree of the
-    cuda_toolkit role, <X.Y.Z>-<id>, that version's other trees), all but keep."""
-    parent, name = os.path.split(base)
-    prefixes = [name + "+cudnn-", ".staging-" + name + "+cudnn-"]
-    toolkit = _TOOLKIT_TREE.match(name)
-    if versions and toolkit:
-        prefixes.append(toolkit.group(1) + "-")
-    removed = []
-    for entry in sorted(os.listdir(parent)):
-        path = os.path.join(parent, entry)
-        if path in keep or not any(entry.startswith(p) for p in prefixes):
-            continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-            removed.append(path)
-    return removed
-
-
-# --- a real directory: in place ----------------------------------------------------------------
-def in_place(tree: str, unpacked: str | None, info: dict[str, Any] | None) -> bool:
-    """Bring the cuDNN in a real directory to info (or none); True when files changed. The old
-    files go first, each new one lands by rename, and the record comes last: a run interrupted
-    before the record is redone, since the .partial record still names what to remove."""
-    marker = read_json(os.path.join(tree, MARKER))
-    pending = read_json(os.path.join(tree, MARKER + ".partial"))
-    same = (info is None and marker is None) or bool(marker and info and marker.get("sha256") == info["sha256"])
-    if pending is None and same:
-        return False
-    old = set((marker or {}).get("files", [])) | set((pending or {}).get("files", []))
-    write_json(os.path.join(tree, MARKER + ".partial"), {"files": sorted(old)})
-    if os.path.lexists(os.path.join(tree, MARKER)):
-        os.unlink(os.path.join(tree, MARKER))
-    for rel in sorted(old):
-        path = os.path.join(_inside(tree, os.path.dirname(rel)), os.path.basename(rel))
-        if os.path.lexists(path):
-            os.unlink(path)
-    if info is not None and unpacked is not None:
-        files = place_files(unpacked, info, tree)
-        record = {k: info[k] for k in ("version", "sha256", "layout", "archive")}
-        record.update(base=tree, source=unpacked, files=sorted(files))
-        write_json(os.path.join(tree, MARKER), record)
-    os.unlink(os.path.join(tree, MARKER + ".partial"))
-    return True
-
-
-# --- the module --------------------------------------------------------------------------------
+# --- the module ------------------------------------------------------------------------------
 def plan(params: dict[str, Any]) -> dict[str, Any]:
     """What the link should lead to: {mode, base, current, tree, info}. Reads only."""
     link = params["link"]
@@ -490,16 +172,6 @@ def plan(params: dict[str, Any]) -> dict[str, Any]:
             info = {"sha256": marker["sha256"], "version": marker.get("version")}
     tree = composed_name(base, info) if info else base
     return {"mode": "link", "base": base, "current": current, "tree": tree, "info": info}
-
-
-def header_version(tree: str) -> str | None:
-    for name in ("cudnn_version.h", "cudnn.h"):
-        path = os.path.join(tree, "include", name)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="replace") as f:
-                version: str | None = cudnn_header_version(f.read())
-                return version
-    return None
 
 
 def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,104 @@
+"""What the sandbox is made of: its directories, its hosts and the state that records them (what
+every other part of the fleet reads), and what it needs from this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gpuenv.sandbox.util import SandboxError
+
+NETNS_PREFIX = "gpuenv-"
+VETH_PREFIX = "gsb-"
+
+
+def sandbox_dir() -> Path:
+    return Path(os.environ.get("GPUENV_SANDBOX_DIR", "/var/lib/gpuenv/sandbox"))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GPUENV_CACHE", "/var/cache/gpuenv"))
+
+
+def roots_dir() -> Path:
+    """Where the built Debian roots are cached; GPUENV_SANDBOX_ROOTS picks another (a test builds a
+    new root there without touching the cached ones)."""
+    return Path(os.environ.get("GPUENV_SANDBOX_ROOTS", str(cache_dir() / "roots")))
+
+
+def downloads_dir() -> Path:
+    """Where the download cache keeps its files; GPUENV_SANDBOX_DOWNLOADS picks another (the
+    benchmarks start from an empty one to count what a cold fleet fetches)."""
+    return Path(os.environ.get("GPUENV_SANDBOX_DOWNLOADS", str(cache_dir() / "downloads")))
+
+
+@dataclass
+class Host:
+    name: str
+    os: str
+    index: int
+    ip: str
+    base: str
+    disks: list[dict[str, str]] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+
+    @property
+    def netns(self) -> str:
+        return f"{NETNS_PREFIX}{self.name}"
+
+    @property
+    def veth(self) -> str:
+        return f"{VETH_PREFIX}{self.index}"
+
+    def dir(self) -> Path:
+        return sandbox_dir() / "hosts" / self.name
+
+    def root(self) -> Path:
+        return self.dir() / "root"
+
+
+@dataclass
+class State:
+    hosts: dict[str, Host] = field(default_factory=dict)
+    inventory: str | None = None
+
+    @staticmethod
+    def path() -> Path:
+        return sandbox_dir() / "state.json"
+
+    @classmethod
+    def load(cls) -> State:
+        path = cls.path()
+        if not path.exists():
+            return cls()
+        raw = json.loads(path.read_text())
+        return cls(
+            hosts={name: Host(**h) for name, h in raw.get("hosts", {}).items()},
+            inventory=raw.get("inventory"),
+        )
+
+    def save(self) -> None:
+        path = self.path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {
+            "hosts": {n: asdict(h) for n, h in self.hosts.items()},
+            "inventory": self.inventory,
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(path)
+
+
+def require_root_and_tools() -> None:
+    if os.geteuid() != 0:
+        raise SandboxError("the sandbox needs root (network namespaces, mounts, systemd-nspawn): run it as root")
+    missing = [
+        t
+        for t in ("debootstrap", "systemd-nspawn", "ip", "iptables", "ssh", "ssh-keygen", "mount")
+        if shutil.which(t) is None
+    ]
+    if missing:
+        raise SandboxError(f"missing {', '.join(missing)}: run ./scripts/setup, which installs the sandbox's packages")

@@ -1,0 +1,137 @@
+"""The controller's side of the sandbox network: a bridge, NAT to the outside, the kernel settings the
+hosts need, and each host's own network namespace on the bridge. Everything carries the sandbox's
+names (gpuenv-br0, gsb-*, the iptables comment), so that cleanup finds it without a record."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from pathlib import Path
+
+from gpuenv.sandbox.hosts import Host, sandbox_dir
+from gpuenv.sandbox.util import SandboxError, run
+
+BRIDGE = "gpuenv-br0"
+RULE_COMMENT = "gpuenv-sandbox"
+SUBNET = ipaddress.ip_network(os.environ.get("GPUENV_SANDBOX_SUBNET", "10.199.0.0/24"))
+MIRROR_PORT = 8000
+# The download cache (gpuenv.sandbox.cache): apt's HTTP proxy and the hosts' Python package index.
+CACHE_PORT = 3142
+INOTIFY_INSTANCES = "/proc/sys/fs/inotify/max_user_instances"
+SYSCTLS = {
+    # The hosts reach Debian's archive and PyPI through the controller.
+    "/proc/sys/net/ipv4/ip_forward": "1",
+    # Every host's systemd takes several inotify instances, all counted against root; the kernel
+    # default of 128 runs out at a few dozen hosts ("Failed to create inotify object").
+    INOTIFY_INSTANCES: "8192",
+}
+
+
+def controller_ip() -> str:
+    return str(SUBNET.network_address + 1)
+
+
+def cache_url() -> str:
+    return f"http://{controller_ip()}:{CACHE_PORT}"
+
+
+def _iptables_rules() -> list[list[str]]:
+    net = str(SUBNET)
+    return [
+        ["-t", "nat", "POSTROUTING", "-s", net, "!", "-o", BRIDGE, "-j", "MASQUERADE"],
+        ["-t", "filter", "FORWARD", "-i", BRIDGE, "-j", "ACCEPT"],
+        [
+            "-t",
+            "filter",
+            "FORWARD",
+            "-o",
+            BRIDGE,
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "RELATED,ESTABLISHED",
+            "-j",
+            "ACCEPT",
+        ],
+    ]
+
+
+def _rule(op: str, rule: list[str]) -> list[str]:
+    table, chain, spec = rule[:2], rule[2], rule[3:]
+    return ["iptables", *table, op, chain, *spec, "-m", "comment", "--comment", RULE_COMMENT]
+
+
+def link_exists(name: str) -> bool:
+    return run(["ip", "link", "show", name], capture=True, check=False).returncode == 0
+
+
+def ensure_network() -> None:
+    if not link_exists(BRIDGE):
+        overlap = run(["ip", "-o", "route", "show", "to", "match", str(SUBNET.network_address + 1)], capture=True)
+        for line in overlap.stdout.splitlines():
+            if not line.startswith("default"):
+                raise SandboxError(
+                    f"the sandbox subnet {SUBNET} is already routed on this machine ({line.strip()}); "
+                    "set GPUENV_SANDBOX_SUBNET to a free /24"
+                )
+        run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        run(["ip", "addr", "add", f"{controller_ip()}/{SUBNET.prefixlen}", "dev", BRIDGE])
+        run(["ip", "link", "set", BRIDGE, "up"])
+    # The kernel settings the sandbox changes, recorded once in a file of their own (it outlives
+    # a lost state.json) and restored by down.
+    before = _sysctl_before_path()
+    if not before.exists():
+        before.write_text(json.dumps({key: Path(key).read_text().strip() for key in SYSCTLS}))
+    for key, value in SYSCTLS.items():
+        if key != INOTIFY_INSTANCES or int(Path(key).read_text()) < int(value):
+            Path(key).write_text(value + "\n")
+    for rule in _iptables_rules():
+        if run(_rule("-C", rule), capture=True, check=False).returncode != 0:
+            run(_rule("-I", rule), capture=True)
+
+
+def _sysctl_before_path() -> Path:
+    return sandbox_dir() / "sysctl-before.json"
+
+
+def teardown_network() -> None:
+    for rule in _iptables_rules():
+        while run(_rule("-C", rule), capture=True, check=False).returncode == 0:
+            run(_rule("-D", rule), capture=True)
+    # Rules left by a sandbox with another subnet: any rule carrying our comment.
+    for table, listed in sandbox_rules():
+        run(["iptables", "-t", table, "-D", *listed.split()[1:]], capture=True, check=False)
+    if link_exists(BRIDGE):
+        run(["ip", "link", "del", BRIDGE])
+    before = _sysctl_before_path()
+    if before.exists():
+        for key, value in json.loads(before.read_text()).items():
+            Path(key).write_text(value + "\n")
+        before.unlink()
+
+
+def sandbox_rules() -> list[tuple[str, str]]:
+    """iptables rules carrying the sandbox's comment: (table, rule as `iptables -S` prints it)."""
+    return [
+        (table, line)
+        for table in ("nat", "filter")
+        for line in run(["iptables", "-t", table, "-S"], capture=True).stdout.splitlines()
+        if RULE_COMMENT in line and line.startswith("-A ")
+    ]
+
+
+def host_network(host: Host) -> None:
+    if run(["ip", "netns", "list"], capture=True).stdout.split().count(host.netns) == 0:
+        run(["ip", "netns", "add", host.netns])
+    if not link_exists(host.veth):
+        peer = f"gsbc-{host.index}"
+        run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", peer])
+        run(["ip", "link", "set", peer, "netns", host.netns])
+        run(["ip", "-n", host.netns, "link", "set", peer, "name", "eth0"])
+        run(["ip", "-n", host.netns, "addr", "add", f"{host.ip}/{SUBNET.prefixlen}", "dev", "eth0"])
+        run(["ip", "-n", host.netns, "link", "set", "eth0", "up"])
+        run(["ip", "-n", host.netns, "link", "set", "lo", "up"])
+        run(["ip", "-n", host.netns, "route", "add", "default", "via", controller_ip()])
+    run(["ip", "link", "set", host.veth, "master", BRIDGE])
+    run(["ip", "link", "set", host.veth, "up"])
