@@ -19,7 +19,6 @@ from runner import (
     FLOOR,
     FLOOR_STAGES,
     ROOT,
-    STAGES,
     BenchError,
     ansible_env,
     changed,
@@ -31,11 +30,11 @@ from runner import (
     sandbox,
     say,
     ssh,
-    stage_times,
     work_dir,
 )
 
 from gpuenv.sandbox import cache, fleet
+from gpuenv.stages import STAGES, stage_times
 
 
 class Bench:

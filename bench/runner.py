@@ -24,15 +24,7 @@ STACK_FILE = ROOT / "inventory/sandbox/group_vars/gpu_hosts.yml"
 INVENTORY = ROOT / "inventory/sandbox"
 SITE = ROOT / "playbooks/site.yml"
 FLOOR = ROOT / "bench/floor.sh"
-# site.yml's plays, as the stages the charts show beside the floor's.
-STAGES = [
-    ("preflight", ("Preflight of the declared GPU stack", "Record the checked stack on each host")),
-    # The services beside the driver (persistence daemon, Fabric Manager, container toolkit) count with it.
-    ("driver", ("Install the NVIDIA driver", "Install the GPU services")),
-    ("cuda", ("Install the CUDA toolkit and cuDNN",)),
-    ("env", ("Build the PyTorch environment",)),
-    ("verify", ("Verify each host", "Write the fleet report")),
-]
+# The stages the charts show beside the floor's: site.yml's plays as gpuenv.stages groups them.
 FLOOR_STAGES = {"driver": ("driver",), "cuda": ("cuda", "cudnn"), "env": ("env",), "verify": ("verify",)}
 # No site.yml here takes half an hour; one that does hangs, and the run says so rather than wait.
 PLAYBOOK_TIMEOUT_S = 1800
@@ -172,11 +164,6 @@ def host_ip(name: str) -> str:
 
 def changed(record: dict[str, Any]) -> int:
     return sum(h["changed"] for h in record["hosts"].values())
-
-
-def stage_times(record: dict[str, Any]) -> dict[str, float]:
-    by_play = {p["name"]: p["wall_s"] for p in record["plays"]}
-    return {stage: round(sum(by_play.get(p, 0.0) for p in plays), 1) for stage, plays in STAGES}
 
 
 def forwarded_bytes() -> int:

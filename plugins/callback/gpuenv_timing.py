@@ -4,21 +4,29 @@ Enabled only where asked for, so that ordinary runs print as always:
 
     ANSIBLE_CALLBACKS_ENABLED=gpuenv_timing GPUENV_TIMING_FILE=run.json ansible-playbook ...
 
-It records the wall time of the run, of each play (site.yml's stages are its plays) and of each
-task, and per host the counts Ansible's recap prints (ok, changed, failed, ...) with the names of
-the tasks that reported a change: a no-op re-run must have none, and when it has one the file says
-which.
+It records the wall time of the run, of each play with the stage of site.yml it belongs to
+(gpuenv.stages: the stages the progress callback shows) and of each task, and per host the counts
+Ansible's recap prints (ok, changed, failed, ...) with the names of the tasks that reported a
+change: a no-op re-run must have none, and when it has one the file says which.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ansible.plugins.callback import CallbackBase
+
+try:
+    from gpuenv.stages import stage_of
+except ImportError:
+    # ansible-playbook from a Python without gpuenv installed: the package sits two levels up.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from gpuenv.stages import stage_of
 
 DOCUMENTATION = """
 name: gpuenv_timing
@@ -62,7 +70,8 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]  # Ansible's base clas
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
         self._close_play()
-        self._plays.append({"name": play.get_name().strip(), "start_s": self._now()})
+        name = play.get_name().strip()
+        self._plays.append({"name": name, "stage": stage_of(name), "start_s": self._now()})
 
     def _task_start(self, task: Any, handler: bool = False) -> None:
         self._close_task()
