@@ -8,6 +8,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,17 +59,22 @@ def make_channel(root: Path) -> Path:
     return root
 
 
-def test_a_new_environment_has_its_records_a_history_conda_reads_and_a_lock(tmp_path: Path) -> None:
-    module = load_plugin("plugins/modules/gpuenv_conda_env.py")
-    channel = make_channel(tmp_path / "channel").as_uri()
-    params = {
-        "prefix": str(tmp_path / "env"),
-        "channels": [channel],
-        "specs": ["hello ==1.0"],
+def module_params(tmp_path: Path, prefix: str, spec: str) -> dict[str, Any]:
+    """The module's parameters for a new environment from the test's channel (made here)."""
+    return {
+        "prefix": str(tmp_path / prefix),
+        "channels": [make_channel(tmp_path / "channel").as_uri()],
+        "specs": [spec],
         "lock": str(tmp_path / "env.conda-lock.yml"),
         "cuda": "",
         "cache_dir": str(tmp_path / "pkgs"),
     }
+
+
+def test_a_new_environment_has_its_records_a_history_conda_reads_and_a_lock(tmp_path: Path) -> None:
+    module = load_plugin("plugins/modules/gpuenv_conda_env.py")
+    params = module_params(tmp_path, "env", "hello ==1.0")
+    channel = params["channels"][0]
     result = module.run(params, check_mode=False)
     assert result["solved"] is True
     assert [(p["name"], p["version"]) for p in result["packages"]] == [("hello", "1.0")]
@@ -86,15 +92,7 @@ def test_a_new_environment_has_its_records_a_history_conda_reads_and_a_lock(tmp_
 
 def test_the_lock_is_installed_again_without_a_solve_and_an_existing_environment_is_refused(tmp_path: Path) -> None:
     module = load_plugin("plugins/modules/gpuenv_conda_env.py")
-    channel = make_channel(tmp_path / "channel").as_uri()
-    params = {
-        "prefix": str(tmp_path / "one"),
-        "channels": [channel],
-        "specs": ["hello"],
-        "lock": str(tmp_path / "env.conda-lock.yml"),
-        "cuda": "",
-        "cache_dir": str(tmp_path / "pkgs"),
-    }
+    params = module_params(tmp_path, "one", "hello")
     module.run(params, check_mode=False)
     again = module.run(dict(params, prefix=str(tmp_path / "two")), check_mode=False)
     assert again["solved"] is False
