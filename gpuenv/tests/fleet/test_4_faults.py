@@ -53,7 +53,9 @@ def kill_run(run: subprocess.Popen[str], host: str) -> None:
 
 def test_the_driver_role_refuses_to_change_the_driver_under_gpu_processes(site: Site) -> None:
     # Debian's archive has one 535 driver, so a change is staged: dpkg-query reports an older driver
-    # installed, and nvidia-smi a training job. The role must stop before apt, naming the job.
+    # installed, and nvidia-smi a training job. The role must stop before apt, naming the job. The
+    # fake rewrites the real answer, whatever format and packages the role asks about (the driver's
+    # version is read from libcuda1 in userspace mode, not from a package named nvidia-*).
     smi = (
         "#!/bin/sh\n"
         'case "$*" in *--query-compute-apps*) echo "4242, python3 train.py, 1024 MiB"; exit 0;; esac\n'
@@ -61,7 +63,10 @@ def test_the_driver_role_refuses_to_change_the_driver_under_gpu_processes(site: 
     )
     dpkg = (
         "#!/bin/sh\n"
-        'case "$*" in *Status-Abbrev*nvidia*) echo "ii 535.54.03-1"; exit 0;; esac\n'
+        'case "$*" in *Status-Abbrev*)\n'
+        '  out=$(/usr/bin/dpkg-query "$@"); rc=$?\n'
+        '  printf "%s\\n" "$out" | sed "s/535\\.[0-9.]*-[^ ]*/535.54.03-1/g"; exit $rc;;\n'
+        "esac\n"
         'exec /usr/bin/dpkg-query "$@"\n'
     )
     put("sb3", "/usr/local/sbin/nvidia-smi", smi)
