@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gpuenv.verify import base, cli, compute, distributed, plan
-from gpuenv.verify.model import PASS, SKIP
+from gpuenv.verify import base, cli, compute, distributed, plan, torchenv
+from gpuenv.verify.model import PASS, SKIP, Check
 
 NO_TORCH = "torch is not importable in this Python (the controller's venv has none); these tests need one"
 COMPUTE_IDS = ["gpu.conv_cudnn", "gpu.matmul", "gpu.bandwidth", "gpu.autocast", "gpu.train_cnn"]
@@ -98,3 +98,34 @@ def test_every_check_runs_alone_as_it_runs_among_the_others(torch: Any, tmp_path
         if spec.id in together and spec.id not in timed:
             alone = spec.run(fresh())
             assert (alone.status, alone.summary) == (together[spec.id].status, together[spec.id].summary), spec.id
+
+
+def _mapped_cudnn(tmp_path: Path, prefix: Path, library: Path) -> Check:
+    """cudnn.loaded_library for a CUDA torch in `prefix` whose process has `library` mapped."""
+    torch_file = prefix / "lib/python3.13/site-packages/torch/__init__.py"
+    torch_file.parent.mkdir(parents=True)
+    torch_file.touch()
+    library.parent.mkdir(parents=True, exist_ok=True)
+    library.touch()
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/maps").write_text(f"7f00-7f10 r-xp 00000000 08:01 42 {library}\n")
+    fake = SimpleNamespace(
+        __file__=str(torch_file),
+        version=SimpleNamespace(cuda="12.4"),
+        backends=SimpleNamespace(cudnn=SimpleNamespace(version=lambda: 90100)),
+    )
+    ctx = base.Context(torch=fake, proc=tmp_path / "proc", prefix=str(prefix))
+    return torchenv.loaded_library(ctx)
+
+
+def test_a_conda_environment_s_own_cudnn_in_its_lib_is_torch_s(tmp_path: Path) -> None:
+    # conda's pytorch loads the channel's cudnn package from $PREFIX/lib, not from site-packages.
+    prefix = tmp_path / "env"
+    check = _mapped_cudnn(tmp_path, prefix, prefix / "lib/libcudnn.so.9")
+    assert check.status == "pass", check
+
+
+def test_a_cudnn_from_a_cuda_tree_shadows_torch_s_own(tmp_path: Path) -> None:
+    check = _mapped_cudnn(tmp_path, tmp_path / "env", tmp_path / "usr/local/cuda-12.4/lib64/libcudnn.so.9")
+    assert check.status == "warn", check
+    assert "shadows torch's own" in (check.hint or "")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -123,6 +124,8 @@ class Context:
     expect: dict[str, Any] = field(default_factory=dict)
     require_gpu: bool = False
     proc: Path = Path("/proc")
+    # The environment verify runs in (its Python's sys.prefix).
+    prefix: str = sys.prefix
     sys_root: Path = Path("/sys")
     cuda_home: Path = Path("/usr/local/cuda")
     torch: Any = None

@@ -152,12 +152,15 @@ def loaded_library(ctx: Context, me: Spec) -> Check:
     paths = hostparse.libcudnn_paths(maps)
     if not paths:
         return me.skipped("torch has not mapped libcudnn yet", [])
+    # torch's own cuDNN: a wheel's beside torch in site-packages, a conda package's in the
+    # environment's lib/ (conda's pytorch depends on the channel's cudnn); both are under the prefix.
     torch_dir = Path(t.__file__).resolve().parent.parent
-    if any(not p.startswith(str(torch_dir)) for p in paths):
+    roots = (str(torch_dir), str(Path(ctx.prefix).resolve()))
+    if any(not p.startswith(roots) for p in paths):
         return me.warned(
             "a cuDNN outside torch's environment is loaded",
             observed=paths,
-            expected=f"under {torch_dir}",
+            expected=f"under {' or '.join(dict.fromkeys(roots))}",
             hint="a system cuDNN shadows torch's own: unset LD_LIBRARY_PATH (or remove the CUDA tree from it)",
         )
     return me.passed(f"libcudnn from torch's environment ({paths[0]})", paths)
