@@ -15,7 +15,7 @@ import pytest
 
 import gpuenv
 from gpuenv.tests.conftest import REPO
-from gpuenv.verify import base, cli, compute, cuda_tree, driver, host, model, outputs, plan, torchenv
+from gpuenv.verify import base, cli, cuda_tree, driver, host, model, outputs, plan, torchenv
 from gpuenv.verify.model import Check
 
 DATA = Path(__file__).parent / "data"
@@ -235,115 +235,6 @@ def test_a_check_that_crashes_is_that_checks_failure() -> None:
     check = base.Spec("cudnn.version", "cuDNN", broken).run(base.Context())
     assert (check.id, check.status) == ("cudnn.version", "fail")
     assert "compiled against (9, 20, 0)" in check.observed
-
-
-CUDNN8 = [
-    "libcudnn.so.8",
-    "libcudnn_ops_infer.so.8",
-    "libcudnn_ops_train.so.8",
-    "libcudnn_cnn_infer.so.8",
-    "libcudnn_cnn_train.so.8",
-    "libcudnn_adv_infer.so.8",
-    "libcudnn_adv_train.so.8",
-]
-
-
-def _cudnn_tree(tmp_path: Path, names: list[str]) -> Path:
-    """A CUDA tree whose lib64 holds real files with the versioned names and the .so.8 links, as
-    NVIDIA's tarballs and the cudnn role place them."""
-    lib = tmp_path / "cuda/lib64"
-    lib.mkdir(parents=True)
-    for name in names:
-        (lib / f"{name}.9.7").write_bytes(b"\x7fELF")
-        (lib / name).symlink_to(f"{name}.9.7")
-    return tmp_path / "cuda"
-
-
-def _ldconfig(lines: list[tuple[str, str]]) -> str:
-    """`ldconfig -p` output (its real format: a count line, then one tab-indented line per entry)."""
-    body = "".join(f"\t{name} (libc6,x86-64) => {path}\n" for name, path in lines)
-    return f"{len(lines)} libs found in cache `/etc/ld.so.cache'\n{body}"
-
-
-def test_the_cudnn_8_tree_loads_through_the_loader_cache(tmp_path: Path) -> None:
-    tree = _cudnn_tree(tmp_path, CUDNN8)
-    cache = _ldconfig(
-        [(n, str(tree / "lib64" / n)) for n in CUDNN8] + [("libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6")]
-    )
-    ctx = base.Context(expect={"cudnn": "8.9.7.29", "cudnn_libraries": CUDNN8}, cuda_home=tree, ldconfig_cache=cache)
-    check = cuda_tree.cudnn_loader(ctx)
-    assert check.status == "pass", check
-    assert check.summary == f"the loader finds all 7 cuDNN libraries in {tree / 'lib64'}"
-
-
-def test_a_cudnn_library_missing_from_the_cache_or_shadowed_fails_with_the_ldconfig_hint(tmp_path: Path) -> None:
-    tree = _cudnn_tree(tmp_path, CUDNN8)
-    lines = [(n, str(tree / "lib64" / n)) for n in CUDNN8 if n != "libcudnn_cnn_infer.so.8"]
-    shadow = "/usr/lib/x86_64-linux-gnu/libcudnn.so.8"
-    lines = [(n, shadow if n == "libcudnn.so.8" else p) for n, p in lines]
-    ctx = base.Context(
-        expect={"cudnn": "8.2.1.32", "cudnn_libraries": CUDNN8}, cuda_home=tree, ldconfig_cache=_ldconfig(lines)
-    )
-    check = cuda_tree.cudnn_loader(ctx)
-    assert check.status == "fail"
-    assert check.observed == [
-        f"libcudnn.so.8: the loader finds {shadow}, not {tree / 'lib64/libcudnn.so.8'}",
-        "libcudnn_cnn_infer.so.8: not in the loader's cache",
-    ]
-    assert "run ldconfig: gpuenv writes /etc/ld.so.conf.d/gpuenv-cuda.conf" in (check.hint or "")
-
-
-def test_a_library_the_release_ships_but_the_tree_lacks_fails(tmp_path: Path) -> None:
-    tree = _cudnn_tree(tmp_path, CUDNN8[:1])
-    cache = _ldconfig([("libcudnn.so.8", str(tree / "lib64/libcudnn.so.8"))])
-    ctx = base.Context(expect={"cudnn": "8.9.7.29", "cudnn_libraries": CUDNN8}, cuda_home=tree, ldconfig_cache=cache)
-    check = cuda_tree.cudnn_loader(ctx)
-    assert check.status == "fail"
-    assert f"libcudnn_cnn_infer.so.8: not in {tree / 'lib64'}" in check.observed
-
-
-def test_no_system_cudnn_skips_the_loader_check() -> None:
-    check = cuda_tree.cudnn_loader(base.Context(expect={"cudnn": "none"}))
-    assert check.status == "skip"
-
-
-def test_the_resolved_stack_names_the_libraries_of_each_cudnn_major() -> None:
-    from gpuenv import compat, rules, stack  # noqa: PLC0415 - the controller's side of the contract
-
-    data = compat.load()
-    for declared, cuda, first in (
-        ("8.2.1", "11.3.1", "libcudnn_ops_infer.so.8"),
-        ("9.1.0", "12.4.1", "libcudnn_graph.so.9"),
-    ):
-        keys = {"profile": "torch-2.5-cu124", "cudnn": declared, "cuda": cuda, "driver": "550"}
-        resolved = rules.check(stack.parse_stack(keys, data), data).resolved
-        assert first in resolved["cudnn_libraries"]
-
-
-def test_the_grad_scaler_of_older_torch_releases_is_used_where_torch_amp_has_none() -> None:
-    """torch.amp.GradScaler("cuda") only exists from torch 2.3: on a 1.12-2.2 stack the autocast
-    check must take torch.cuda.amp.GradScaler, or it fails on the first real GPU (issue 15)."""
-    from types import SimpleNamespace  # noqa: PLC0415
-
-    made: list[tuple[str, object]] = []
-    new = SimpleNamespace(amp=SimpleNamespace(GradScaler=lambda device: made.append(("amp", device))))
-    old = SimpleNamespace(
-        amp=SimpleNamespace(),  # torch 2.0's torch.amp has autocast but no GradScaler
-        cuda=SimpleNamespace(amp=SimpleNamespace(GradScaler=lambda enabled: made.append(("cuda.amp", enabled)))),
-    )
-    compute.grad_scaler(new, "cuda")
-    compute.grad_scaler(old, "cuda")
-    compute.grad_scaler(old, "cpu")  # no CPU scaler before 2.3: a disabled one, which passes steps through
-    assert made == [("amp", "cuda"), ("cuda.amp", True), ("cuda.amp", False)]
-
-
-def test_a_tree_without_cudnn_libraries_fails_the_loader_check(tmp_path: Path) -> None:
-    (tmp_path / "cuda/lib64").mkdir(parents=True)
-    check = cuda_tree.cudnn_loader(
-        base.Context(expect={"cudnn": "9.1.0.70"}, cuda_home=tmp_path / "cuda", ldconfig_cache="")
-    )
-    assert check.status == "fail"
-    assert check.summary == f"no cuDNN 9 libraries in {tmp_path / 'cuda/lib64'}"
 
 
 def test_the_environment_kind_and_a_conda_builds_cuda_minor(tmp_path: Path) -> None:
