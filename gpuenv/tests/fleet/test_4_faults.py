@@ -8,7 +8,7 @@
 - a disk too small is refused before anything is written, naming both figures, and a disk that
   fills anyway leaves the active environment as it was and no partial build (sb4);
 - a host powered off mid-rollout stops the rollout, named unreachable, the batch after it untouched;
-  powered on, a second run finishes the job (all four).
+  powered on, a second run finishes the job (sb3, then sb4).
 """
 
 from __future__ import annotations
@@ -207,9 +207,10 @@ def test_a_disk_too_small_is_refused_first_and_one_that_fills_leaves_nothing_hal
 
 
 def test_a_host_powered_off_mid_rollout_stops_it_and_a_second_run_finishes(site: Site) -> None:
+    # Two hosts are enough to show it: sb3 is the canary batch, sb4 the batch after it.
     site.declare(STACK_D)
     untouched = (link("sb4", "/usr/local/cuda"), link("sb4", "/opt/gpuenv/envs/default"))
-    run = site.start("upgrade.yml")  # a canary (sb1), then sb2 and sb3, then sb4
+    run = site.start("upgrade.yml", "--limit", "sb3,sb4")
     # sb3 builds the new environment in its batch: power it off then.
     assert wait_for("sb3", "pgrep -f 'envs/.store/default-.*/bin/python -m pip install'", 1200), (
         site.root / "background.log"
@@ -224,10 +225,10 @@ def test_a_host_powered_off_mid_rollout_stops_it_and_a_second_run_finishes(site:
         assert (link("sb4", "/usr/local/cuda"), link("sb4", "/opt/gpuenv/envs/default")) == untouched
     finally:
         faults.start("sb3")
-    again = site.play("upgrade.yml")
+    again = site.play("upgrade.yml", "--limit", "sb3,sb4")
     assert again.returncode == 0, again.stdout[-4000:]
     states = {h: v["state"] for h, v in summary(site)["hosts"].items()}
     assert states["sb3"] == states["sb4"] == "upgraded", states
-    for host in ("sb1", "sb2", "sb3", "sb4"):
+    for host in ("sb3", "sb4"):
         assert link(host, "/usr/local/cuda") == "/usr/local/cuda-12.4"
         assert ssh(host, "/opt/gpuenv/envs/default/bin/python -c 'import six'").returncode == 0
