@@ -123,11 +123,15 @@ def probe(host: Host, cache: dict[str, list[str]]) -> Driver:
     found.smi = host.which("nvidia-smi")
     if found.smi:
         run = host.run([found.smi, "--query-gpu=driver_version", "--format=csv,noheader"])
-        said = (run.stdout + run.stderr) if run else ""
-        found.smi_version, found.mismatch = hostparse.parse_smi_driver(run.returncode if run else 127, said)
-        if found.smi_version is None:
-            found.smi_error = said.strip()[:300] or f"exit {run.returncode if run else 127}"
-            found.nvml_library = hostparse.smi_nvml_version(said)
+        if run is None:
+            # Found but not run: a --root tree's commands would describe this machine, not the tree.
+            found.smi_error = "present, not run (another host's tree: its commands are not run)"
+        else:
+            said = run.stdout + run.stderr
+            found.smi_version, found.mismatch = hostparse.parse_smi_driver(run.returncode, said)
+            if found.smi_version is None:
+                found.smi_error = said.strip()[:300] or f"exit {run.returncode}"
+                found.nvml_library = hostparse.smi_nvml_version(said)
     for soname in ("libcuda.so.1", "libnvidia-ml.so.1"):
         if cache.get(soname):
             found.libraries[soname] = host.real(cache[soname][0]) or cache[soname][0]

@@ -15,9 +15,11 @@ import pytest
 from gpuenv import cli, versions
 from gpuenv.checkspec import check_mapping
 from gpuenv.compat import load
+from gpuenv.doctor import driver as doctor_driver
 from gpuenv.doctor import report
 from gpuenv.doctor.driver import PROC_VERSION
 from gpuenv.doctor.findings import Finding
+from gpuenv.doctor.host import Host, root_runner
 from gpuenv.doctor.run import Diagnosis, Options, examine
 from gpuenv.tests import doctor_hosts
 from gpuenv.tests.doctor_hosts import LEGACY, TRAIN, FakeHost, done, messy
@@ -207,6 +209,18 @@ def test_cli_on_a_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     assert {f["rule"] for f in out["findings"]} >= {"cudnn-loader-cache", "toolkit-conflict"}
     assert any(n.startswith(f"--root {fh.root}:") for n in out["notes"])
     assert fh.verify_calls() == {}  # verify would run this machine's libraries: not under another root
+
+
+def test_a_trees_nvidia_smi_is_named_not_run(tmp_path: Path) -> None:
+    # Under --root the tree's nvidia-smi is found but not run (it would ask this machine's driver):
+    # doctor says so instead of reporting an exit status that no command returned.
+    smi = tmp_path / "usr/bin/nvidia-smi"
+    smi.parent.mkdir(parents=True)
+    smi.write_text("#!/bin/sh\nexit 0\n")
+    smi.chmod(0o755)
+    found = doctor_driver.probe(Host(root=tmp_path, runner=root_runner(tmp_path), environ={"PATH": "/usr/bin"}), {})
+    assert found.smi_version is None
+    assert found.smi_error == "present, not run (another host's tree: its commands are not run)"
 
 
 @pytest.mark.parametrize(
