@@ -3,9 +3,12 @@ every other part of the fleet reads), and what it needs from this machine."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -79,6 +82,21 @@ class State:
             hosts={name: Host(**h) for name, h in raw.get("hosts", {}).items()},
             inventory=raw.get("inventory"),
         )
+
+    @classmethod
+    @contextlib.contextmanager
+    def edit(cls) -> Iterator[State]:
+        """The state loaded, changed by the caller and saved, under an exclusive lock: fault commands
+        for different hosts run at once (the fleet tests inject faults on four hosts side by side),
+        and two load-change-save passes without it lose one of the changes (a fault whose mark is
+        lost is never restored). Nothing is saved when the caller raises."""
+        path = cls.path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with (path.parent / "state.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = cls.load()
+            yield state
+            state.save()
 
     def save(self) -> None:
         path = self.path()

@@ -58,6 +58,11 @@ class Site:
         (self.inventory / "group_vars").mkdir(parents=True, exist_ok=True)
         (self.inventory / "host_vars").mkdir(exist_ok=True)
 
+    def child(self, name: str) -> Site:
+        """A Site of its own under this one (inventory, reports, background log) for a test that
+        runs beside others on the same hosts."""
+        return Site(self.root / name, self.env)
+
     def declare(self, stack: dict[str, Any], host_vars: dict[str, dict[str, Any]] | None = None) -> None:
         shutil.copy(fleet.State.load().inventory or "", self.inventory / "hosts.yml")
         (self.inventory / "group_vars/gpu_hosts.yml").write_text(yaml.safe_dump({"gpu_stack": stack, **SITE_VARS}))

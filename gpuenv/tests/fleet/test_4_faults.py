@@ -1,4 +1,6 @@
-"""Faults injected on the shared fleet (issue 17, items 6 to 10), after the other modules:
+"""Faults injected on the shared fleet (issue 17, items 6 to 10), after the other modules. The four
+single-host faults run side by side, one host each, each with its own inventory and reports (a
+fault test spends most of its time waiting on its host, and the suite's time is what CI allows):
 
 - the driver role refuses to change the driver under GPU processes (sb3);
 - a run SIGKILLed during the CUDA unpack, the cuDNN unpack and the environment's install leaves the
@@ -7,8 +9,9 @@
   and a link cut for seconds during a download still converge (sb2);
 - a disk too small is refused before anything is written, naming both figures, and a disk that
   fills anyway leaves the active environment as it was and no partial build (sb4);
-- a host powered off mid-rollout stops the rollout, named unreachable, the batch after it untouched;
-  powered on, a second run finishes the job (sb3, then sb4).
+
+Then a host powered off mid-rollout stops the rollout, named unreachable, the batch after it
+untouched; powered on, a second run finishes the job (sb3, then sb4).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import os
 import re
 import signal
 import subprocess
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from gpuenv.sandbox import faults, fleet
 from gpuenv.tests.fleet.site import BASE_STACK, MIRROR, Site, link, put, recap, ssh, summary, wait_for
@@ -54,7 +60,7 @@ def kill_run(run: subprocess.Popen[str], host: str) -> None:
     ssh(host, "pkill -9 -f AnsiballZ; pkill -9 -f 'gpuenv-test-block'; true")
 
 
-def test_the_driver_role_refuses_to_change_the_driver_under_gpu_processes(site: Site) -> None:
+def driver_role_refuses_under_gpu_processes(site: Site) -> None:
     # Debian's archive has one 535 driver, so a change is staged: dpkg-query reports an older driver
     # installed, and nvidia-smi a training job. The role must stop before apt, naming the job. The
     # fake rewrites the real answer, whatever format and packages the role asks about (the driver's
@@ -89,7 +95,7 @@ def test_the_driver_role_refuses_to_change_the_driver_under_gpu_processes(site: 
     assert after == before
 
 
-def test_a_run_killed_mid_change_leaves_the_active_stack_whole(site: Site) -> None:
+def killed_mid_change_leaves_the_active_stack_whole(site: Site) -> None:
     before = active("sb1")
     site.declare(STACK_K)
     # 1. During the CUDA unpack: a tar that blocks when it writes into the toolkit's staging tree.
@@ -137,7 +143,7 @@ def test_a_run_killed_mid_change_leaves_the_active_stack_whole(site: Site) -> No
     assert ssh("sb1", "ls -d /opt/gpuenv/cuda/.staging-* /var/cache/gpuenv/downloads/cudnn/*.partial").stdout == ""
 
 
-def test_a_mirror_out_of_reach_is_named_and_slow_or_cut_links_still_converge(site: Site) -> None:
+def mirror_out_of_reach_is_named_and_slow_or_cut_links_converge(site: Site) -> None:
     retries = json.dumps(
         {"cuda_toolkit_fetch": "host", "cudnn_fetch": "host", "cuda_toolkit_download_retries": 2,
          "cuda_toolkit_download_delay": 2, "cudnn_download_retries": 2, "cudnn_download_delay": 2}
@@ -179,7 +185,7 @@ def test_a_mirror_out_of_reach_is_named_and_slow_or_cut_links_still_converge(sit
     assert ssh("sb2", "/opt/gpuenv/envs/default/bin/python -c 'import einops, six, torch'").returncode == 0
 
 
-def test_a_disk_too_small_is_refused_first_and_one_that_fills_leaves_nothing_half_built(site: Site) -> None:
+def disk_too_small_is_refused_and_one_that_fills_leaves_nothing_half_built(site: Site) -> None:
     site.declare(STACK_K)
     before = active("sb4")
     faults.disk("sb4", "/srv/small", 96)
@@ -207,6 +213,26 @@ def test_a_disk_too_small_is_refused_first_and_one_that_fills_leaves_nothing_hal
         assert active("sb4") == before  # the environment in use is the one in /opt/gpuenv/envs
     finally:
         faults.restore("sb4")
+
+
+# One fault per host; each runs in a Site of its own (Site.declare writes the inventory's group_vars).
+SIDE_BY_SIDE: dict[str, Callable[[Site], None]] = {
+    "sb1": killed_mid_change_leaves_the_active_stack_whole,
+    "sb2": mirror_out_of_reach_is_named_and_slow_or_cut_links_converge,
+    "sb3": driver_role_refuses_under_gpu_processes,
+    "sb4": disk_too_small_is_refused_and_one_that_fills_leaves_nothing_half_built,
+}
+
+
+def test_single_host_faults_side_by_side(site: Site) -> None:
+    with ThreadPoolExecutor(len(SIDE_BY_SIDE)) as pool:
+        running = {host: pool.submit(check, site.child(f"faults-{host}")) for host, check in SIDE_BY_SIDE.items()}
+    failed = {
+        f"{host}: {SIDE_BY_SIDE[host].__name__}": "".join(traceback.format_exception(error))
+        for host, future in running.items()
+        if (error := future.exception()) is not None
+    }
+    assert not failed, "\n\n".join(f"{name} failed:\n{why}" for name, why in failed.items())
 
 
 def test_a_host_powered_off_mid_rollout_stops_it_and_a_second_run_finishes(site: Site) -> None:
