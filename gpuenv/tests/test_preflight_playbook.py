@@ -176,3 +176,25 @@ def test_an_nvidia_smi_without_compute_cap_falls_back_to_names(tmp_path: Path, v
     run = _play(venv_env, _inventory(tmp_path, GOOD), path_prefix=_fake_nvidia_smi(tmp_path, script))
     assert run.returncode != 0
     assert "no kernels for compute capability 12.0 (NVIDIA GeForce RTX 5090)" in run.stdout
+
+
+def test_a_stage_after_the_preflight_checks_nothing_again_and_alone_checks_first(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    # site.yml's stages follow its preflight play: there the stage's own preflight is one skipped
+    # include, not the role's dozen tasks again. Run alone, the stage checks the stack itself.
+    inv = _inventory(tmp_path, GOOD)
+    both = tmp_path / "site-like.yml"
+    both.write_text(
+        yaml.safe_dump(
+            [{"ansible.builtin.import_playbook": str(REPO / f"playbooks/{p}.yml")} for p in ("preflight", "cuda")]
+        )
+    )
+    check = "TASK [gpu_stack : Check the stack against the compatibility data"
+    run = _play(venv_env, inv, "--tags", "preflight", playbook=str(both))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count(check) == 1
+    alone = _play(venv_env, inv, "--tags", "preflight", playbook="playbooks/cuda.yml")
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert alone.stdout.count(check) == 1
+    assert "compatible: 2.5.1+cu124" in alone.stdout
