@@ -5,8 +5,11 @@ test_cudnn_files.py; the tarballs and trees both use are made in cudnn_tarballs.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -144,6 +147,30 @@ def test_a_run_killed_while_the_cudnn_is_placed_leaves_the_active_tree_whole(
     assert out["changed"]
     assert "8.9.7.29" in os.readlink(host["link"])
     assert not list(host["root"].glob(".staging-*"))
+
+
+def test_a_second_run_waits_for_one_still_placing_on_the_host(
+    host: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run killed on the controller can leave its module running on the host; the rerun must not
+    # unpack and switch beside it (two unpacks into one directory collide: "File exists").
+    args = cudnn_args(host, "8.6.0.163", legacy=False)
+    unpack_dir = Path(args["unpack_dir"])
+    unpack_dir.mkdir(parents=True)
+    got: dict[str, object] = {}
+    with (unpack_dir / ".lock").open("a") as other_run:
+        fcntl.flock(other_run, fcntl.LOCK_EX)
+        second = threading.Thread(target=lambda: got.update(out=call(monkeypatch, capsys, **args)[0]))
+        second.start()
+        time.sleep(0.5)
+        assert second.is_alive()  # waiting for the other run
+        assert os.readlink(host["link"]) == str(host["base"])
+        assert not list(unpack_dir.glob("*.partial"))
+    second.join(30)
+    out = got["out"]
+    assert isinstance(out, dict), out
+    assert out["changed"], out
+    assert "8.6.0.163" in os.readlink(host["link"])
 
 
 def test_a_tarball_that_is_not_the_declared_release_is_refused(

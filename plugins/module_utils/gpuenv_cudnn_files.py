@@ -6,12 +6,15 @@ file only moves files. Standard library only (plus gpuenv_hostparse): it runs on
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
 import tarfile
+from collections.abc import Iterator
 from typing import Any
 
 from ansible.module_utils.gpuenv_hostparse import cudnn_header_version
@@ -81,6 +84,23 @@ def sha256_of(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def host_lock(unpack_dir: str) -> Iterator[None]:
+    """One cuDNN placement at a time on a host. A run whose controller was killed can leave its
+    module running on the host (SSH does not always end it), and a run started beside it (the rerun,
+    or a pull timer's run during a push) would unpack into the same directory and switch the same
+    links: the second waits here for the first, which then has finished or died. The lock file is in
+    root's own unpack directory (never a fixed name in a world-writable one), opened without
+    following a link; the lock ends with its holder, however that ends."""
+    os.makedirs(unpack_dir, mode=0o755, exist_ok=True)
+    fd = os.open(os.path.join(unpack_dir, ".lock"), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def unpacked_info(unpack_dir: str, sha256: str) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ running process uses."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tarfile
 from typing import Any
@@ -17,6 +18,7 @@ from ansible.module_utils.gpuenv_cudnn_files import (
     complete,
     composed_name,
     header_version,
+    host_lock,
     in_place,
     legacy_files,
     link_target,
@@ -49,6 +51,9 @@ description:
   - When I(link) is a real directory (NVIDIA's packages make C(/usr/local/cuda-X.Y) one), there is
     nothing to switch; the files go into it in place, each by rename, with the record written
     last and an interrupted change redone by the next run.
+  - One placement at a time per host - a lock file in I(unpack_dir) - so that a module left running
+    by a run killed on the controller, or a pull timer's run during a push, finishes before a
+    second run unpacks into the same directory or switches the same links.
 options:
   link:
     description: The switch point, C(/usr/local/cuda-X.Y). It must exist.
@@ -268,8 +273,12 @@ def main() -> None:
         required_together=[("cudnn_sha256", "cudnn_version")],
         supports_check_mode=True,
     )
+    # A cuDNN to place: one such run at a time on the host (host_lock says why). Check mode writes
+    # nothing and takes no lock.
+    placing = bool(module.params.get("cudnn_sha256")) and not module.check_mode
     try:
-        result = run(module, module.params)
+        with host_lock(module.params["unpack_dir"]) if placing else contextlib.nullcontext():
+            result = run(module, module.params)
     except (TreeError, OSError, tarfile.TarError) as exc:
         module.fail_json(msg=f"{module.params['link']}: {exc}")
         raise  # fail_json exits; this line is for the type checker

@@ -53,11 +53,22 @@ def active(host: str) -> dict[str, str]:
     }
 
 
+# Every SSH session on the host that runs an Ansible module, with what the module started (tar,
+# pip): with pipelining the module is `/bin/sh -c '/usr/bin/python3 && sleep 0'` reading its code
+# from stdin, so no process is named after it (`pkill -f AnsiballZ` finds nothing, and a module
+# left running then races the rerun).
+KILL_MODULES = (
+    "for s in $(ps -eo sid=,args= | awk '/[&][&] sleep 0/ {print $1}' | sort -u); do pkill -9 -s \"$s\"; done; "
+    "pkill -9 -f gpuenv-test-block; true"
+)
+
+
 def kill_run(run: subprocess.Popen[str], host: str) -> None:
     """SIGKILL the controller's ansible-playbook with all it started, and the module on the host."""
     os.killpg(run.pid, signal.SIGKILL)
     run.wait(timeout=60)
-    ssh(host, "pkill -9 -f AnsiballZ; pkill -9 -f 'gpuenv-test-block'; true")
+    killed = ssh(host, KILL_MODULES)
+    assert killed.returncode == 0, killed.stderr
 
 
 def driver_role_refuses_under_gpu_processes(site: Site) -> None:
