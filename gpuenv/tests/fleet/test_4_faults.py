@@ -59,7 +59,8 @@ def active(host: str) -> dict[str, str]:
 # left running then races the rerun).
 KILL_MODULES = (
     "for s in $(ps -eo sid=,args= | awk '/[&][&] sleep 0/ {print $1}' | sort -u); do pkill -9 -s \"$s\"; done; "
-    "pkill -9 -f gpuenv-test-block; true"
+    # [b]: the pattern must not match this command's own shell, whose line holds it too.
+    "pkill -9 -f 'gpuenv-test-[b]lock'; true"
 )
 
 
