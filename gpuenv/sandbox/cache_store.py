@@ -9,6 +9,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import os
 import re
 import ssl
 import threading
@@ -105,7 +106,9 @@ class UpstreamError(Exception):
 
 @dataclass
 class Download:
-    """One file being fetched from upstream into `<final>.part`, shared by every client asking."""
+    """One file being fetched from upstream into `<final>.<pid>.part`, shared by every client asking.
+    The pid is the server's: two sandbox instances run a server each on the same directory, and
+    each fetches into its own part file (the rename to the final name is atomic either way)."""
 
     url: str
     final: Path
@@ -118,7 +121,15 @@ class Download:
 
     @property
     def part(self) -> Path:
-        return self.final.with_name(self.final.name + ".part")
+        return self.final.with_name(f"{self.final.name}.{os.getpid()}.part")
+
+
+def _orphaned(part: Path) -> bool:
+    """A part file no live server writes: its server's pid is gone, or it has none (older ones)."""
+    pid = part.name.removesuffix(".part").rsplit(".", 1)[-1]
+    if not pid.isdigit():
+        return True
+    return int(pid) == os.getpid() or not Path(f"/proc/{pid}").exists()
 
 
 def open_either(part: Path, final: Path) -> BinaryIO:
@@ -148,9 +159,11 @@ class Cache:
         self._ssl = _ssl_context()
         self._log_lock = threading.Lock()
         directory.mkdir(parents=True, exist_ok=True)
-        # A killed server leaves partial files; they are never served, so they go.
+        # A killed server leaves partial files; they are never served, so they go. Those of a server
+        # still running (another sandbox instance's) stay.
         for part in directory.rglob("*.part"):
-            part.unlink(missing_ok=True)
+            if _orphaned(part):
+                part.unlink(missing_ok=True)
 
     # --- upstream --------------------------------------------------------------------------------
     def _open(self, url: str, headers: dict[str, str] | None = None) -> HTTPResponse:

@@ -10,16 +10,39 @@ import time
 from pathlib import Path
 
 from gpuenv.sandbox.access import known_hosts_path
-from gpuenv.sandbox.hosts import NETNS_PREFIX, VETH_PREFIX, State, require_root_and_tools, sandbox_dir
+from gpuenv.sandbox.hosts import (
+    INSTANCE,
+    NETNS_PREFIX,
+    PEER_PREFIX,
+    VETH_PREFIX,
+    State,
+    require_root_and_tools,
+    sandbox_dir,
+)
 from gpuenv.sandbox.network import BRIDGE, sandbox_rules, teardown_network
 from gpuenv.sandbox.nspawn import stop_host
 from gpuenv.sandbox.servers import stop_cache, stop_mirror
 from gpuenv.sandbox.util import run
 
 
+def _instance_of(proc: Path) -> str | None:
+    """The sandbox instance a process was started for (its GPUENV_SANDBOX_INSTANCE, "" when unset),
+    or None when its environment cannot be read (it has ended)."""
+    try:
+        environ = (proc / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for entry in environ:
+        if entry.startswith(b"GPUENV_SANDBOX_INSTANCE="):
+            return entry.split(b"=", 1)[1].decode(errors="replace")
+    return ""
+
+
 def _processes() -> list[tuple[int, str]]:
-    """nspawn, supervisors, the mirror's HTTP server and the download cache: (pid, command line)."""
-    base = str(sandbox_dir())
+    """This instance's nspawn, supervisors, the mirror's HTTP server and the download cache: (pid,
+    command line). Another instance's are left alone: nspawn by its root's directory, the others by
+    the instance they were started for (their command lines are the same in every instance)."""
+    base = str(sandbox_dir()) + "/"
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -28,11 +51,13 @@ def _processes() -> list[tuple[int, str]]:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if (
-            (base in cmdline and "systemd-nspawn" in cmdline)
-            or "gpuenv.sandbox supervise" in cmdline
-            or ("http.server" in cmdline and "gpuenv-mirror" in cmdline)
-            or "gpuenv.sandbox.cache" in cmdline
+        if (base in cmdline and "systemd-nspawn" in cmdline) or (
+            (
+                "gpuenv.sandbox supervise" in cmdline
+                or ("http.server" in cmdline and "gpuenv-mirror" in cmdline)
+                or "gpuenv.sandbox.cache" in cmdline
+            )
+            and _instance_of(proc) == INSTANCE
         ):
             found.append((int(proc.name), cmdline))
     return found
@@ -57,7 +82,7 @@ def _mounts() -> list[str]:
 
 
 def _loops() -> list[str]:
-    base = str(sandbox_dir())
+    base = str(sandbox_dir()) + "/"
     listing = run(["losetup", "-a"], capture=True, check=False).stdout.splitlines()
     return [line.split(":")[0] for line in listing if base in line]
 
@@ -71,7 +96,7 @@ def _links() -> list[str]:
         line.split(":")[1].strip().split("@")[0]
         for line in run(["ip", "-o", "link", "show"], capture=True).stdout.splitlines()
     ]
-    return [n for n in names if n == BRIDGE or n.startswith((VETH_PREFIX, "gsbc-"))]
+    return [n for n in names if n == BRIDGE or n.startswith((VETH_PREFIX, PEER_PREFIX))]
 
 
 def down() -> None:

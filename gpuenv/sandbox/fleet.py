@@ -37,11 +37,13 @@ from gpuenv.sandbox.network import (
     MIRROR_PORT,
     RULE_COMMENT,
     SUBNET,
+    SYSCTL_RECORD,
     SYSCTLS,
     cache_url,
     controller_ip,
     ensure_network,
     host_network,
+    other_bridges,
 )
 from gpuenv.sandbox.nspawn import customize, is_running, mount_root, nspawn_argv, start_host, stop_host, supervise
 from gpuenv.sandbox.servers import mirror_root, serve_cache, serve_mirror, stop_cache, stop_mirror
@@ -57,6 +59,7 @@ __all__ = [
     "RULE_COMMENT",
     "SUBNET",
     "SYSCTLS",
+    "SYSCTL_RECORD",
     "Host",
     "State",
     "cache_dir",
@@ -72,6 +75,7 @@ __all__ = [
     "leftovers",
     "mirror_root",
     "nspawn_argv",
+    "other_bridges",
     "restart",
     "roots_dir",
     "sandbox_dir",

@@ -14,12 +14,30 @@ from pathlib import Path
 
 from gpuenv.sandbox.util import SandboxError
 
-NETNS_PREFIX = "gpuenv-"
-VETH_PREFIX = "gsb-"
+
+def _instance() -> str:
+    """GPUENV_SANDBOX_INSTANCE: unset for the machine's sandbox, or 1 to 9 for another one beside it
+    (scripts/test runs the molecule scenarios in sandbox 1 while the fleet tests use the first).
+    Each instance has its own directory, subnet, bridge, names and firewall comment, so that one's
+    `down` never touches the other's hosts; the caches (roots, mirror, downloads) are shared."""
+    value = os.environ.get("GPUENV_SANDBOX_INSTANCE", "")
+    if value not in ("", *"123456789"):
+        raise SandboxError(f"GPUENV_SANDBOX_INSTANCE={value!r}: leave it unset, or give a digit from 1 to 9")
+    return value
+
+
+INSTANCE = _instance()
+# Each name of an instance starts with a prefix none of another instance's starts with (gpuenv- is
+# not a prefix of gpuenv1-), because cleanup finds what to remove by these prefixes alone.
+NETNS_PREFIX = f"gpuenv{INSTANCE}-"
+VETH_PREFIX = f"gsb{INSTANCE}-"
+# The veth's other end, named so until it is moved into the host's namespace and renamed eth0.
+PEER_PREFIX = f"gsbc{INSTANCE}-"
 
 
 def sandbox_dir() -> Path:
-    return Path(os.environ.get("GPUENV_SANDBOX_DIR", "/var/lib/gpuenv/sandbox"))
+    default = f"/var/lib/gpuenv/sandbox{INSTANCE}" if INSTANCE else "/var/lib/gpuenv/sandbox"
+    return Path(os.environ.get("GPUENV_SANDBOX_DIR", default))
 
 
 def cache_dir() -> Path:

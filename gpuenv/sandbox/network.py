@@ -7,14 +7,21 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 from pathlib import Path
 
-from gpuenv.sandbox.hosts import Host, sandbox_dir
+from gpuenv.sandbox.hosts import INSTANCE, PEER_PREFIX, Host, sandbox_dir
 from gpuenv.sandbox.util import SandboxError, run
 
-BRIDGE = "gpuenv-br0"
-RULE_COMMENT = "gpuenv-sandbox"
-SUBNET = ipaddress.ip_network(os.environ.get("GPUENV_SANDBOX_SUBNET", "10.199.0.0/24"))
+BRIDGE = f"gpuenv{INSTANCE}-br0"
+RULE_COMMENT = f"gpuenv{INSTANCE}-sandbox"
+SUBNET = ipaddress.ip_network(os.environ.get("GPUENV_SANDBOX_SUBNET", f"10.199.{INSTANCE or 0}.0/24"))
+# Every instance's bridge, this one's included (cleanup and the kernel settings' record need them).
+BRIDGE_PATTERN = re.compile(r"gpuenv[1-9]?-br0")
+# The kernel settings as they were before the first sandbox changed them. One record for every
+# instance, in /run: the settings are restored when the last instance goes down, and a reboot,
+# which resets them, also forgets the record.
+SYSCTL_RECORD = Path(os.environ.get("GPUENV_SANDBOX_SYSCTL_RECORD", "/run/gpuenv-sandbox/sysctl-before.json"))
 MIRROR_PORT = 8000
 # The download cache (gpuenv.sandbox.cache): apt's HTTP proxy and the hosts' Python package index.
 CACHE_PORT = 3142
@@ -79,9 +86,10 @@ def ensure_network() -> None:
         run(["ip", "addr", "add", f"{controller_ip()}/{SUBNET.prefixlen}", "dev", BRIDGE])
         run(["ip", "link", "set", BRIDGE, "up"])
     # The kernel settings the sandbox changes, recorded once in a file of their own (it outlives
-    # a lost state.json) and restored by down.
-    before = _sysctl_before_path()
+    # a lost state.json) and restored by the last instance's down.
+    before = SYSCTL_RECORD
     if not before.exists():
+        before.parent.mkdir(parents=True, exist_ok=True)
         before.write_text(json.dumps({key: Path(key).read_text().strip() for key in SYSCTLS}))
     for key, value in SYSCTLS.items():
         if key != INOTIFY_INSTANCES or int(Path(key).read_text()) < int(value):
@@ -91,8 +99,13 @@ def ensure_network() -> None:
             run(_rule("-I", rule), capture=True)
 
 
-def _sysctl_before_path() -> Path:
-    return sandbox_dir() / "sysctl-before.json"
+def other_bridges() -> list[str]:
+    """The bridges of the machine's other sandbox instances that are up."""
+    names = [
+        line.split(":")[1].strip().split("@")[0]
+        for line in run(["ip", "-o", "link", "show"], capture=True).stdout.splitlines()
+    ]
+    return [n for n in names if BRIDGE_PATTERN.fullmatch(n) and n != BRIDGE]
 
 
 def teardown_network() -> None:
@@ -104,8 +117,12 @@ def teardown_network() -> None:
         run(["iptables", "-t", table, "-D", *listed.split()[1:]], capture=True, check=False)
     if link_exists(BRIDGE):
         run(["ip", "link", "del", BRIDGE])
-    before = _sysctl_before_path()
-    if before.exists():
+    before = SYSCTL_RECORD
+    if not before.exists():
+        # Where a sandbox brought up before instances existed keeps its record.
+        before = sandbox_dir() / "sysctl-before.json"
+    # Another instance still forwards and runs hosts: the settings stay until it goes down too.
+    if before.exists() and not other_bridges():
         for key, value in json.loads(before.read_text()).items():
             Path(key).write_text(value + "\n")
         before.unlink()
@@ -117,7 +134,8 @@ def sandbox_rules() -> list[tuple[str, str]]:
         (table, line)
         for table in ("nat", "filter")
         for line in run(["iptables", "-t", table, "-S"], capture=True).stdout.splitlines()
-        if RULE_COMMENT in line and line.startswith("-A ")
+        # The comment as a whole word: another instance's comment is another word.
+        if line.startswith("-A ") and RULE_COMMENT in line.split()
     ]
 
 
@@ -125,7 +143,7 @@ def host_network(host: Host) -> None:
     if run(["ip", "netns", "list"], capture=True).stdout.split().count(host.netns) == 0:
         run(["ip", "netns", "add", host.netns])
     if not link_exists(host.veth):
-        peer = f"gsbc-{host.index}"
+        peer = f"{PEER_PREFIX}{host.index}"
         run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", peer])
         run(["ip", "link", "set", peer, "netns", host.netns])
         run(["ip", "-n", host.netns, "link", "set", peer, "name", "eth0"])

@@ -6,6 +6,7 @@ what each host writes.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 from dataclasses import dataclass
@@ -80,6 +81,17 @@ def ensure_root(roots_dir: Path, rel: Release, packages: tuple[str, ...] = PACKA
     root = roots_dir / _key(rel, packages)
     if (root / ".gpuenv-complete").exists():
         return root
+    roots_dir.mkdir(parents=True, exist_ok=True)
+    # One build of a root at a time: two sandbox instances booting at once (scripts/test's lanes on
+    # a fresh machine) would otherwise each remove the other's half-built directory.
+    with (roots_dir / f"{root.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / ".gpuenv-complete").exists():
+            return root
+        return _build_root(root, rel, packages)
+
+
+def _build_root(root: Path, rel: Release, packages: tuple[str, ...]) -> Path:
     for tool in ("debootstrap", "chroot"):
         if shutil.which(tool) is None:
             raise SandboxError(f"{tool} is not installed: run ./scripts/setup (it installs the sandbox's packages)")

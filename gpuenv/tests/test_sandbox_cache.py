@@ -9,6 +9,7 @@ import hashlib
 import http.server
 import json
 import socket
+import subprocess
 import threading
 import time
 import urllib.error
@@ -202,15 +203,34 @@ def test_a_client_that_hangs_up_does_not_end_the_download(servers: tuple[str, st
     while not final.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert final.read_bytes() == BIG
-    assert not final.with_name(final.name + ".part").exists()
+    assert not list(final.parent.glob(final.name + ".*part"))
 
 
 def test_partial_files_of_a_killed_server_are_removed(tmp_path: Path) -> None:
-    part = tmp_path / "c/http/deb.debian.org/debian/pool/x.deb.part"
-    part.parent.mkdir(parents=True)
-    part.write_bytes(b"half")
+    pool = tmp_path / "c/http/deb.debian.org/debian/pool"
+    pool.mkdir(parents=True)
+    # An older server's part file (no pid), and one of a pid above any pid_max (never alive).
+    parts = [pool / "x.deb.part", pool / "y.deb.999999999.part"]
+    for part in parts:
+        part.write_bytes(b"half")
     cache.Cache(tmp_path / "c", files_base="http://x/pypi/files")
-    assert not part.exists()
+    assert not [p for p in parts if p.exists()]
+
+
+def test_a_part_file_another_live_server_writes_is_kept(tmp_path: Path) -> None:
+    # Two sandbox instances run a download cache each on the same directory: one starting must not
+    # remove the file the other is still fetching into.
+    pool = tmp_path / "c/http/deb.debian.org/debian/pool"
+    pool.mkdir(parents=True)
+    with subprocess.Popen(["sleep", "30"]) as other:  # noqa: S607
+        try:
+            part = pool / f"x.deb.{other.pid}.part"
+            part.write_bytes(b"half")
+            c = cache.Cache(tmp_path / "c", files_base="http://x/pypi/files")
+            assert part.exists()
+            assert c is not None
+        finally:
+            other.kill()
 
 
 def test_cache_keys_stay_inside_the_cache() -> None:
