@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpuenv.sandbox import cache, channel, faults, fleet, mirror
+from gpuenv.sandbox import cache, channel, faults, fleet, mirror, roots
 from gpuenv.sandbox.util import SandboxError
 
 DEFAULT_INVENTORY = Path(__file__).resolve().parents[2] / "inventory" / "sandbox" / "hosts.yml"
@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - each subcomma
         help="the local conda channel (python, pytorch, cudnn, ...): build (or verify and repair), verify, path",
     )
     p_channel.add_argument("action", choices=["build", "verify", "path"])
+    p_roots = sub.add_parser("roots", help="build the Debian roots hosts boot from, ahead of `up` (cached)")
+    p_roots.add_argument(
+        "--os", action="append", default=[], choices=["debian12", "debian13"], help="repeat; default both"
+    )
+    p_roots.add_argument("--kernel", action="store_true", help="the roots with Debian's kernel package (up --kernel)")
     p_cache = sub.add_parser("cache", help="the hosts' download cache (apt proxy and PyPI index): stats, path, clear")
     p_cache.add_argument("action", choices=["stats", "path", "clear"])
     p_sup = sub.add_parser("supervise", help=argparse.SUPPRESS)
@@ -118,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - each subcomma
                 return 1 if problems else 0
             else:
                 print(site)
+        elif args.command == "roots":
+            packages = (*roots.PACKAGES, *roots.KERNEL_PACKAGES) if args.kernel else roots.PACKAGES
+            for os_name in args.os or list(roots.RELEASES):
+                print(roots.ensure_root(fleet.roots_dir(), roots.release(os_name), packages))
         elif args.command == "channel":
             return _channel(args.action)
         elif args.command == "cache":

@@ -114,3 +114,21 @@ def test_a_root_another_process_is_building_is_waited_for_and_not_built_again(
     holder = _hold(tmp_path / f"{root.name}.lock", f"mkdir -p {root} && touch {root}/.gpuenv-complete")
     assert roots.ensure_root(tmp_path, rel) == root
     assert holder.wait() == 0
+
+
+def test_the_roots_command_builds_nothing_that_is_cached_and_prints_its_path(tmp_path: Path) -> None:
+    # scripts/test runs `scripts/sandbox roots` before its lanes; a cached root is only named.
+    rel = roots.release("debian13")
+    root = tmp_path / roots._key(rel, roots.PACKAGES)
+    root.mkdir()
+    (root / ".gpuenv-complete").write_text("")
+    env = {**os.environ, "GPUENV_SANDBOX_ROOTS": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuenv.sandbox", "roots", "--os", "debian13"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(root)]
