@@ -19,7 +19,7 @@ from gpuenv.sandbox.hosts import (
     require_root_and_tools,
     sandbox_dir,
 )
-from gpuenv.sandbox.network import BRIDGE, sandbox_rules, teardown_network
+from gpuenv.sandbox.network import BRIDGE, link_names, sandbox_rules, teardown_network
 from gpuenv.sandbox.nspawn import stop_host
 from gpuenv.sandbox.servers import stop_cache, stop_mirror
 from gpuenv.sandbox.util import run
@@ -92,11 +92,7 @@ def _namespaces() -> list[str]:
 
 
 def _links() -> list[str]:
-    names = [
-        line.split(":")[1].strip().split("@")[0]
-        for line in run(["ip", "-o", "link", "show"], capture=True).stdout.splitlines()
-    ]
-    return [n for n in names if n == BRIDGE or n.startswith((VETH_PREFIX, PEER_PREFIX))]
+    return [n for n in link_names() if n == BRIDGE or n.startswith((VETH_PREFIX, PEER_PREFIX))]
 
 
 def down() -> None:

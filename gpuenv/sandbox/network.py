@@ -99,13 +99,17 @@ def ensure_network() -> None:
             run(_rule("-I", rule), capture=True)
 
 
-def other_bridges() -> list[str]:
-    """The bridges of the machine's other sandbox instances that are up."""
-    names = [
+def link_names() -> list[str]:
+    """Every network link of this machine, by name (`ip -o link show`; a veth's `@peer` cut off)."""
+    return [
         line.split(":")[1].strip().split("@")[0]
         for line in run(["ip", "-o", "link", "show"], capture=True).stdout.splitlines()
     ]
-    return [n for n in names if BRIDGE_PATTERN.fullmatch(n) and n != BRIDGE]
+
+
+def other_bridges() -> list[str]:
+    """The bridges of the machine's other sandbox instances that are up."""
+    return [n for n in link_names() if BRIDGE_PATTERN.fullmatch(n) and n != BRIDGE]
 
 
 def teardown_network() -> None:
