@@ -174,9 +174,7 @@ def read_text(path: str) -> str | None:
     try:
         with open(path, "rb") as handle:
             return handle.read(READ_LIMIT).decode("utf-8", "replace")
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 
@@ -282,7 +280,8 @@ def main() -> None:
     )
     p = module.params
     result: dict[str, object] = {"changed": False}
-    result["paths"] = {path: {"exists": path_type(path) is not None, "type": path_type(path)} for path in p["paths"]}
+    kinds = {path: path_type(path) for path in p["paths"]}
+    result["paths"] = {path: {"exists": kind is not None, "type": kind} for path, kind in kinds.items()}
     result["files"] = {path: read_text(path) for path in p["read"]}
     result["commands"] = {name: find_command(name) for name in p["commands"]}
     result["resolved"] = {path: real_path(path) for path in p["resolve"]}
