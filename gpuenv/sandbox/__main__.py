@@ -29,6 +29,13 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - each subcomma
     p_up.add_argument(
         "--kernel", action="store_true", help="hosts have Debian's kernel package, as a workstation (driver full mode)"
     )
+    p_up.add_argument(
+        "--kernel-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="this host alone (sb1, ...) has Debian's kernel package, as --kernel gives every host (repeat)",
+    )
     p_up.add_argument("--snapshot", type=Path, help="start new hosts from a snapshot (scripts/sandbox snapshot)")
     p_snap = sub.add_parser("snapshot", help="save a provisioned host's changes to start new hosts from")
     p_snap.add_argument("host")
@@ -70,7 +77,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - each subcomma
 
     try:
         if args.command == "up":
-            state = fleet.up(args.count, args.os, args.inventory, kernel=args.kernel, snapshot=args.snapshot)
+            state = fleet.up(
+                args.count,
+                args.os,
+                args.inventory,
+                kernel=args.kernel,
+                kernel_hosts=tuple(args.kernel_host),
+                snapshot=args.snapshot,
+            )
             for host in state.hosts.values():
                 print(f"{host.name}  {host.os:9} {host.ip}")
             print(f"inventory: {args.inventory}")

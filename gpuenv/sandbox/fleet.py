@@ -102,17 +102,22 @@ def up(
     inventory_path: Path,
     *,
     kernel: bool = False,
+    kernel_hosts: tuple[str, ...] = (),
     snapshot: Path | None = None,
 ) -> State:
     """Boot hosts sb1..sbN (those already up stay as they are).
 
     kernel: the hosts' root also has Debian's kernel package installed, as a workstation's has, so
-    that the driver role's full mode builds its module for it. snapshot: new hosts start from a
+    that the driver role's full mode builds its module for it; kernel_hosts: only these hosts' (a
+    fleet of workstations and containers, as molecule's nvidia_driver scenario has). snapshot: new hosts start from a
     provisioned host's saved changes (`snapshot`) over its root, each with its own identity."""
     require_root_and_tools()
     if count < 1 or count > 200:
         raise SandboxError("up takes a host count from 1 to 200")
     oses = oses or ["debian12"]
+    unknown = sorted(set(kernel_hosts) - {f"sb{i}" for i in range(1, count + 1)})
+    if unknown:
+        raise SandboxError(f"--kernel-host names {', '.join(unknown)}, which is not among sb1..sb{count}")
     for o in oses:
         roots.release(o)
     # Absolute: the path goes into the state and the overlays, which later commands read from
@@ -133,7 +138,8 @@ def up(
             if snap:
                 base = f"{snapshot}/upper:{snap['base']}"
             else:
-                packages = (*roots.PACKAGES, *roots.KERNEL_PACKAGES) if kernel else roots.PACKAGES
+                with_kernel = kernel or name in kernel_hosts
+                packages = (*roots.PACKAGES, *roots.KERNEL_PACKAGES) if with_kernel else roots.PACKAGES
                 base = str(roots.ensure_root(roots_dir(), roots.release(want_os), packages))
             host = Host(name=name, os=want_os, index=i, ip=str(SUBNET.network_address + 10 + i), base=base)
             state.hosts[name] = host

@@ -132,3 +132,20 @@ def test_the_roots_command_builds_nothing_that_is_cached_and_prints_its_path(tmp
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(root)]
+
+
+def test_a_kernel_host_that_is_not_among_the_hosts_is_refused_before_anything_boots(tmp_path: Path) -> None:
+    # molecule's create passes --kernel-host for each platform with `kernel: true`; a name outside
+    # sb1..sbN is a scenario's mistake, said before any host or root is made.
+    env = {**os.environ, "GPUENV_SANDBOX_DIR": str(tmp_path / "sandbox"), "GPUENV_SANDBOX_ROOTS": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuenv.sandbox", "up", "2", "--kernel-host", "sb3", "--inventory", str(tmp_path / "i")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode != 0
+    assert "--kernel-host names sb3, which is not among sb1..sb2" in out.stderr
+    assert not (tmp_path / "sandbox").exists()
+    assert list(tmp_path.iterdir()) == []
