@@ -222,3 +222,22 @@ def stack_summary(resolved: dict[str, Any]) -> dict[str, str]:
         "torch": torch,
         "packages": " ".join(resolved.get("packages") or []),
     }
+
+
+def upgrade_changes(
+    records_before: Mapping[str, Any] | None,
+    records_after: Mapping[str, Any] | None,
+    links_before: Mapping[str, str | None] | None,
+    links_after: Mapping[str, str | None] | None,
+) -> list[str]:
+    """What an upgrade changed on a host, from its records (the local facts every role writes,
+    ansible_local) and its switch points' link targets, read before and after: empty when nothing
+    did. The records, not the links, are what tell a driver-only, services-only or cuDNN-only change
+    (same links) from nothing at all."""
+    before, after = dict(records_before or {}), dict(records_after or {})
+    changes = [f"the {name} record" for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
+    lb, la = dict(links_before or {}), dict(links_after or {})
+    changes += [
+        f"{path} -> {la.get(path) or 'nothing'}" for path in sorted(set(lb) | set(la)) if lb.get(path) != la.get(path)
+    ]
+    return changes

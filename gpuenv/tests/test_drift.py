@@ -213,3 +213,11 @@ def test_a_host_without_services_gets_no_service_checks() -> None:
     assert not any(k.startswith(("drift.persistenced", "drift.fabricmanager")) for k in _compare(services={}))
     checks = _compare({**_facts(), "gpu_services": off}, services={})
     assert "drift.persistenced" not in checks
+
+
+def test_the_rollout_summary_says_what_an_upgrade_changed(rollout: Any) -> None:
+    stack = {"driver": "550", "cuda": "12.4.1", "cudnn": "9.1.0.70", "torch": "2.5.1+cu124", "packages": ""}
+    changed = ["the nvidia_driver record"]
+    hosts = {"sb1": {"state": "upgraded", "batch": 1, "now": stack, "verify": "pass", "changed": changed}}
+    row = "| sb1 | 1 | upgraded | driver 550, CUDA 12.4.1, cuDNN 9.1.0.70, torch 2.5.1+cu124 |"
+    assert f"{row} verify pass; changed: the nvidia_driver record |" in rollout.render(hosts, None)

@@ -50,6 +50,8 @@ def render(hosts: dict[str, dict[str, Any]], stopped: str | None) -> str:
             state = "untouched: the rollout stopped before its batch" if stopped else "untouched"
         runs = h.get("now") or h.get("was")
         note = h.get("note", "")
+        if h.get("changed"):
+            note = "changed: " + ", ".join(h["changed"]) + (f"; {note}" if note else "")
         if h.get("verify"):
             note = f"verify {h['verify']}" + (f"; {note}" if note else "")
         lines.append(f"| {name} | {h.get('batch', '-')} | {state} | {_stack(runs)} | {note} |")

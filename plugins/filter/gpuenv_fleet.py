@@ -69,12 +69,35 @@ def gpuenv_stack_summary(resolved: dict[str, Any] | None) -> dict[str, str]:
     return drift.stack_summary(dict(resolved or {}))
 
 
+def gpuenv_upgrade_changes(
+    records_before: dict[str, Any] | None,
+    records_after: dict[str, Any] | None,
+    links_before: list[dict[str, Any]] | None = None,
+    links_after: list[dict[str, Any]] | None = None,
+) -> list[str]:
+    """What an upgrade changed on a host (fleet_upgrade's summary): ansible_local before and after,
+    and the results of ansible.builtin.stat over the switch points before and after."""
+
+    def targets(results: list[dict[str, Any]] | None) -> dict[str, str | None]:
+        return {r["item"]: (r.get("stat") or {}).get("lnk_target") for r in results or []}
+
+    return drift.upgrade_changes(records_before, records_after, targets(links_before), targets(links_after))
+
+
+def gpuenv_roles_with(roles_dir: str, relpath: str) -> list[str]:
+    """The roles under roles_dir that have relpath (fleet_upgrade: those with tasks/switch_points.yml),
+    sorted. Ansible's fileglob matches in one directory only, not roles/*/tasks/."""
+    return sorted(p.parts[-1 - len(Path(relpath).parts)] for p in Path(roles_dir).glob(f"*/{relpath}"))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "gpuenv_drift": gpuenv_drift,
             "gpuenv_merge_report": gpuenv_merge_report,
+            "gpuenv_roles_with": gpuenv_roles_with,
             "gpuenv_stack_summary": gpuenv_stack_summary,
+            "gpuenv_upgrade_changes": gpuenv_upgrade_changes,
             "gpuenv_verify_failed_report": gpuenv_verify_failed_report,
             "gpuenv_verify_report": gpuenv_verify_report,
         }

@@ -1,0 +1,130 @@
+"""roles/fleet_upgrade: each install role names its own switch points (tasks/switch_points.yml),
+and the rollout summary judges an upgrade from the records before and after, not the links alone."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuenv import drift
+from gpuenv.tests.conftest import REPO, run_tool
+
+sys.path.insert(0, str(REPO / "plugins/filter"))
+from gpuenv_fleet import gpuenv_roles_with, gpuenv_upgrade_changes
+
+DRIVER_535 = {"nvidia_driver": {"version": "535.216.01"}, "cudnn": {"version": "9.1.0.70"}}
+LINKS = {"/usr/local/cuda": "/usr/local/cuda-12.4", "/opt/gpuenv/envs/default": "/opt/gpuenv/envs/default-abc"}
+
+
+def test_a_driver_only_upgrade_moves_no_link_and_is_an_upgrade() -> None:
+    after = {**DRIVER_535, "nvidia_driver": {"version": "550.163.01"}}
+    assert drift.upgrade_changes(DRIVER_535, after, LINKS, LINKS) == ["the nvidia_driver record"]
+
+
+def test_a_cudnn_only_upgrade_is_an_upgrade_and_the_same_stack_is_unchanged() -> None:
+    after = {**DRIVER_535, "cudnn": {"version": "9.1.1.17"}}
+    assert drift.upgrade_changes(DRIVER_535, after, LINKS, LINKS) == ["the cudnn record"]
+    assert drift.upgrade_changes(DRIVER_535, dict(DRIVER_535), LINKS, dict(LINKS)) == []
+
+
+def test_a_moved_link_and_a_new_record_are_both_named() -> None:
+    moved = {**LINKS, "/usr/local/cuda": "/usr/local/cuda-12.1"}
+    assert drift.upgrade_changes({}, {"pytorch_env": {"lock": "x"}}, LINKS, moved) == [
+        "the pytorch_env record",
+        "/usr/local/cuda -> /usr/local/cuda-12.1",
+    ]
+
+
+def test_the_filter_reads_stat_results_as_the_role_registers_them() -> None:
+    def stat(path: str, target: str | None) -> dict[str, object]:
+        return {"item": path, "stat": {"exists": target is not None, "islnk": bool(target), "lnk_target": target}}
+
+    before = [stat("/usr/local/cuda", "/usr/local/cuda-12.4"), stat("/usr/local/cuda-12.4", None)]
+    after = [stat("/usr/local/cuda", "/usr/local/cuda-12.4"), stat("/usr/local/cuda-12.4", "/opt/cuda/t-1")]
+    assert gpuenv_upgrade_changes(DRIVER_535, DRIVER_535, before, after) == ["/usr/local/cuda-12.4 -> /opt/cuda/t-1"]
+    assert gpuenv_upgrade_changes(DRIVER_535, DRIVER_535, before, before) == []
+
+
+@pytest.mark.ansible
+def test_each_role_names_its_switch_points_and_fleet_upgrade_lists_none(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    (envs / "team").symlink_to(envs / "team-abc")
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "gpu_stack_resolved": {"cuda_tree": "/usr/local/cuda-12.4"},
+        "pytorch_env_root": str(envs),
+        "pytorch_env_name": "team",
+        "test_out": str(tmp_path / "out.json"),
+    }
+    inventory = tmp_path / "hosts.json"
+    inventory.write_text(json.dumps({"all": {"hosts": {"controller": host}}}))
+    env = {**venv_env, "ANSIBLE_NOCOLOR": "1"}
+    playbook = REPO / "gpuenv/tests/ansible/fleet_upgrade_save.yml"
+    run = run_tool("ansible-playbook", "-i", str(inventory), str(playbook), env=env, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    got = json.loads((tmp_path / "out.json").read_text())
+    assert sorted(got["points"]["links"]) == sorted(["/usr/local/cuda", "/usr/local/cuda-12.4", f"{envs}/team"])
+    assert got["links"] == got["points"]["links"]  # every one of them read
+    assert sorted(got["points"]["records"]) == sorted(
+        [
+            "/etc/ansible/facts.d/gpuenv.fact",
+            "/etc/gpuenv/stack.yml",
+            "/etc/gpuenv/stack.json",
+            "/etc/ansible/facts.d/cuda_toolkit.fact",
+            "/etc/profile.d/gpuenv-cuda.sh",
+            "/etc/ansible/facts.d/cudnn.fact",
+            "/etc/ansible/facts.d/pytorch_env.fact",
+            "/etc/profile.d/gpuenv-env-team.sh",
+        ]
+    )
+    # gpu_verify checks the environment where pytorch_env built it, pytorch_env_root included.
+    assert got["python"] == f"{envs}/team/bin/python"
+
+
+def test_the_roles_with_switch_points_are_found_by_their_file(tmp_path: Path) -> None:
+    for role in ("b_role", "a_role", "other"):
+        (tmp_path / role / "tasks").mkdir(parents=True)
+    for role in ("b_role", "a_role"):
+        (tmp_path / role / "tasks/switch_points.yml").write_text("---\n")
+    assert gpuenv_roles_with(str(tmp_path), "tasks/switch_points.yml") == ["a_role", "b_role"]
+    assert gpuenv_roles_with(str(REPO / "roles"), "tasks/switch_points.yml") == [
+        "cuda_toolkit",
+        "cudnn",
+        "gpu_verify",
+        "pytorch_env",
+        "stack_record",
+    ]
+
+
+def _roles_in(tasks: list[dict[str, Any]]) -> list[str]:
+    """The roles a task list includes, in order (blocks entered; tasks_from noted)."""
+    out: list[str] = []
+    for task in tasks or []:
+        if "block" in task:
+            out += _roles_in(task["block"])
+        inc = task.get("ansible.builtin.include_role")
+        if inc:
+            out.append(inc["name"] + (f":{inc['tasks_from']}" if "tasks_from" in inc else ""))
+    return out
+
+
+def test_a_rollout_runs_the_roles_of_site_yml_in_its_order() -> None:
+    # The stage playbooks are where the order lives; fleet_upgrade's block must follow them.
+    site = []
+    for entry in yaml.safe_load((REPO / "playbooks/site.yml").read_text()):
+        for play in yaml.safe_load((REPO / "playbooks" / entry["ansible.builtin.import_playbook"]).read_text()):
+            if "roles" not in play:
+                continue
+            named = [r["role"] if isinstance(r, dict) else r for r in play["roles"]]
+            site += [r for r in named + _roles_in(play.get("tasks", [])) if r != "gpu_stack"]
+    upgrade = _roles_in(yaml.safe_load((REPO / "roles/fleet_upgrade/tasks/upgrade.yml").read_text()))
+    assert upgrade == site
