@@ -7,8 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from gpuenv.sandbox import cache, channel, faults, fleet, mirror, roots
 from gpuenv.sandbox.util import SandboxError
+
+try:
+    from gpuenv.sandbox import cache, channel, faults, fleet, mirror, roots
+except SandboxError as exc:  # the instance's settings are read on import: a bad one is the user's to fix
+    sys.exit(f"sandbox: error: {exc}")
 
 DEFAULT_INVENTORY = Path(__file__).resolve().parents[2] / "inventory" / "sandbox" / "hosts.yml"
 

@@ -54,6 +54,13 @@ def test_an_instance_that_is_not_a_digit_is_refused_with_what_to_set() -> None:
     )
     assert out.returncode != 0
     assert "GPUENV_SANDBOX_INSTANCE='molecule': leave it unset, or give a digit from 1 to 9" in out.stderr
+    # scripts/sandbox says the same in one line, not with a traceback.
+    env["GPUENV_SANDBOX_INSTANCE"] = "0"
+    cli = subprocess.run(
+        [sys.executable, "-m", "gpuenv.sandbox", "status"], env=env, capture_output=True, text=True, check=False
+    )
+    assert cli.returncode != 0
+    assert cli.stderr == "sandbox: error: GPUENV_SANDBOX_INSTANCE='0': leave it unset, or give a digit from 1 to 9\n"
 
 
 @pytest.fixture
