@@ -277,22 +277,28 @@ class Cache:
                     return
 
     def page(self, url: str) -> bytes:
-        """A PyPI project page, rewritten to this cache's file URLs, kept for PAGE_TTL_S."""
-        final = self.directory / cache_key(url)
+        """A PyPI project page, rewritten to this cache's file URLs; PyPI's copy is kept for PAGE_TTL_S.
+
+        The kept copy is PyPI's own text, rewritten at each answer: the cache directory is shared by
+        every sandbox instance on the machine, each with its own address, and a page kept already
+        rewritten sent one instance's hosts to another's (pip: 404 on a file of a page that a
+        parallel lane had refreshed)."""
+        final = self.directory / (cache_key(url) + ".upstream")
+        raw = None
         with contextlib.suppress(OSError):
             if time.time() - final.stat().st_mtime < PAGE_TTL_S:
+                raw = final.read_bytes()
                 self.stats.add(hits=1)
-                return final.read_bytes()
-        self.stats.add(misses=1)
-        with self._open(url, {"Accept": "text/html"}) as response:
-            raw = response.read()
-        self._log(url, len(raw), "page")
-        body = rewrite_simple_page(raw.decode("utf-8"), self.files_base, self.pypi_files).encode("utf-8")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f"{final.name}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(body)
-        tmp.replace(final)
-        return body
+        if raw is None:
+            self.stats.add(misses=1)
+            with self._open(url, {"Accept": "text/html"}) as response:
+                raw = response.read()
+            self._log(url, len(raw), "page")
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = final.with_name(f"{final.name}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(raw)
+            tmp.replace(final)
+        return rewrite_simple_page(raw.decode("utf-8"), self.files_base, self.pypi_files).encode("utf-8")
 
     def passthrough(self, url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], Iterator[bytes]]:
         """Anything that may change under its name (apt's InRelease): fetched every time."""

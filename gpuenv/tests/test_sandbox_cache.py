@@ -237,3 +237,22 @@ def test_cache_keys_stay_inside_the_cache() -> None:
     key = cache.cache_key("http://deb.debian.org/debian/../../etc/passwd")
     assert key == "http/deb.debian.org/debian/etc/passwd"
     assert ".." not in cache.cache_key("https://files.pythonhosted.org/packages/a/../b c.whl?x=1")
+
+
+def test_a_page_kept_by_one_instance_points_another_at_its_own_address(
+    servers: tuple[str, str, cache.Cache], tmp_path: Path
+) -> None:
+    # Every sandbox instance's cache server shares the machine's cache directory, each on its own
+    # address: a page one instance fetched and kept must not send another instance's hosts to it.
+    _, base, first = servers
+    _get(f"{base}/pypi/simple/demo/")
+    other = cache.Cache(
+        first.directory,
+        files_base="http://10.199.9.1:3142/pypi/files",
+        pypi_simple=first.pypi_simple,
+        pypi_files=first.pypi_files,
+    )
+    page = other.page(f"{first.pypi_simple}/demo/").decode()
+    assert 'href="http://10.199.9.1:3142/pypi/files/ab/cd/demo-1.0-py3-none-any.whl#sha256=' in page
+    assert base not in page
+    assert Upstream.hits["/simple/demo/"] == 1  # the kept copy served it
