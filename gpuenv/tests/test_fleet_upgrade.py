@@ -128,3 +128,62 @@ def test_a_rollout_runs_the_roles_of_site_yml_in_its_order() -> None:
             site += [r for r in named + _roles_in(play.get("tasks", [])) if r != "gpu_stack"]
     upgrade = _roles_in(yaml.safe_load((REPO / "roles/fleet_upgrade/tasks/upgrade.yml").read_text()))
     assert upgrade == site
+
+
+def _busy_step(tmp_path: Path, venv_env: dict[str, str], smi: str, extra: dict[str, object]) -> dict[str, Any]:
+    """fleet_upgrade's busy step on the controller, with SMI as the nvidia-smi it finds."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(smi)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "test_out": str(tmp_path / "out.json"),
+        **extra,
+    }
+    inventory = tmp_path / "hosts.json"
+    inventory.write_text(json.dumps({"all": {"hosts": {"controller": host}}}))
+    env = {**venv_env, "ANSIBLE_NOCOLOR": "1", "PATH": f"{bin_dir}:{venv_env.get('PATH', '/usr/bin:/bin')}"}
+    playbook = REPO / "gpuenv/tests/ansible/fleet_upgrade_busy.yml"
+    run = run_tool("ansible-playbook", "-i", str(inventory), str(playbook), env=env, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    got: dict[str, Any] = json.loads((tmp_path / "out.json").read_text())
+    return got
+
+
+TRAINING = '#!/bin/sh\necho "4242, python3 train.py, 1024 MiB"\n'
+
+
+@pytest.mark.ansible
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"fleet_upgrade_busy": "wait", "fleet_upgrade_wait_timeout": 2, "fleet_upgrade_wait_interval": 1}],
+    ids=["refuse", "wait-runs-out"],
+)
+def test_a_busy_host_is_refused_with_its_processes_named(
+    tmp_path: Path, venv_env: dict[str, str], extra: dict[str, object]
+) -> None:
+    # A wait that runs out is a refusal too, not Ansible's "Unknown error" of an `until` that ran out
+    # (the fleet test saw sb4 'failed' instead of 'refused').
+    got = _busy_step(tmp_path, venv_env, TRAINING, extra)
+    assert got["passed"] is False
+    assert got["task"] == "Stop, nothing changed"
+    assert got["outcome"]["state"] == "refused"
+    assert got["outcome"]["note"] == "GPU processes running: 4242, python3 train.py, 1024 MiB"
+    assert "fleet_upgrade_busy: wait" in got["msg"]
+
+
+@pytest.mark.ansible
+def test_a_host_whose_gpus_are_idle_or_driverless_goes_on(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    for smi in ("#!/bin/sh\nexit 0\n", "#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n"):
+        got = _busy_step(tmp_path, venv_env, smi, {})
+        assert got == {"passed": True, "outcome": {"state": "in progress"}}
+
+
+@pytest.mark.ansible
+def test_an_nvidia_smi_that_fails_stops_the_host_with_its_error(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    got = _busy_step(tmp_path, venv_env, "#!/bin/sh\necho 'Insufficient Permissions' >&2\nexit 4\n", {})
+    assert got["passed"] is False
+    assert got["task"].startswith("Look for processes on the GPUs")
+    assert "nvidia-smi could not list the GPUs' processes (exit 4): Insufficient Permissions" in got["msg"]

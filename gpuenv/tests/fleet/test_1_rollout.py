@@ -83,7 +83,7 @@ def test_a_host_whose_gpus_are_busy_is_refused_and_left_as_it_was(site: Site) ->
             run = site.play("upgrade.yml", "--limit", "sb4", *extra)
             assert run.returncode != 0
             sb4 = summary(site)["hosts"]["sb4"]
-            assert sb4["state"] == "refused"
+            assert sb4["state"] == "refused", run.stdout[-4000:]
             assert "4242, python3 train.py" in sb4["note"]
             assert (link("sb4", "/usr/local/cuda"), link("sb4", "/opt/gpuenv/envs/default")) == before
     finally:
