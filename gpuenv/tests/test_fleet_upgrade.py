@@ -50,6 +50,34 @@ def test_the_filter_reads_stat_results_as_the_role_registers_them() -> None:
     assert gpuenv_upgrade_changes(DRIVER_535, DRIVER_535, before, before) == []
 
 
+def _play_on_controller(
+    tmp_path: Path,
+    venv_env: dict[str, str],
+    playbook: str,
+    host_vars: dict[str, object],
+    path_prefix: Path | None = None,
+) -> dict[str, Any]:
+    """Run gpuenv/tests/ansible/PLAYBOOK on the controller (a local connection) with HOST_VARS;
+    what it wrote to test_out. PATH_PREFIX goes first on PATH (stand-in commands)."""
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "test_out": str(tmp_path / "out.json"),
+        **host_vars,
+    }
+    inventory = tmp_path / "hosts.json"
+    inventory.write_text(json.dumps({"all": {"hosts": {"controller": host}}}))
+    env = {**venv_env, "ANSIBLE_NOCOLOR": "1"}
+    if path_prefix is not None:
+        env["PATH"] = f"{path_prefix}:{venv_env.get('PATH', '/usr/bin:/bin')}"
+    run = run_tool(
+        "ansible-playbook", "-i", str(inventory), str(REPO / "gpuenv/tests/ansible" / playbook), env=env, timeout=300
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    got: dict[str, Any] = json.loads((tmp_path / "out.json").read_text())
+    return got
+
+
 @pytest.mark.ansible
 def test_each_role_names_its_switch_points_and_fleet_upgrade_lists_none(
     tmp_path: Path, venv_env: dict[str, str]
@@ -57,21 +85,16 @@ def test_each_role_names_its_switch_points_and_fleet_upgrade_lists_none(
     envs = tmp_path / "envs"
     envs.mkdir()
     (envs / "team").symlink_to(envs / "team-abc")
-    host = {
-        "ansible_connection": "local",
-        "ansible_python_interpreter": sys.executable,
-        "gpu_stack_resolved": {"cuda_tree": "/usr/local/cuda-12.4"},
-        "pytorch_env_root": str(envs),
-        "pytorch_env_name": "team",
-        "test_out": str(tmp_path / "out.json"),
-    }
-    inventory = tmp_path / "hosts.json"
-    inventory.write_text(json.dumps({"all": {"hosts": {"controller": host}}}))
-    env = {**venv_env, "ANSIBLE_NOCOLOR": "1"}
-    playbook = REPO / "gpuenv/tests/ansible/fleet_upgrade_save.yml"
-    run = run_tool("ansible-playbook", "-i", str(inventory), str(playbook), env=env, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    got = json.loads((tmp_path / "out.json").read_text())
+    got = _play_on_controller(
+        tmp_path,
+        venv_env,
+        "fleet_upgrade_save.yml",
+        {
+            "gpu_stack_resolved": {"cuda_tree": "/usr/local/cuda-12.4"},
+            "pytorch_env_root": str(envs),
+            "pytorch_env_name": "team",
+        },
+    )
     assert sorted(got["points"]["links"]) == sorted(["/usr/local/cuda", "/usr/local/cuda-12.4", f"{envs}/team"])
     assert got["links"] == got["points"]["links"]  # every one of them read
     assert sorted(got["points"]["records"]) == sorted(
@@ -136,20 +159,7 @@ def _busy_step(tmp_path: Path, venv_env: dict[str, str], smi: str, extra: dict[s
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "nvidia-smi").write_text(smi)
     (bin_dir / "nvidia-smi").chmod(0o755)
-    host = {
-        "ansible_connection": "local",
-        "ansible_python_interpreter": sys.executable,
-        "test_out": str(tmp_path / "out.json"),
-        **extra,
-    }
-    inventory = tmp_path / "hosts.json"
-    inventory.write_text(json.dumps({"all": {"hosts": {"controller": host}}}))
-    env = {**venv_env, "ANSIBLE_NOCOLOR": "1", "PATH": f"{bin_dir}:{venv_env.get('PATH', '/usr/bin:/bin')}"}
-    playbook = REPO / "gpuenv/tests/ansible/fleet_upgrade_busy.yml"
-    run = run_tool("ansible-playbook", "-i", str(inventory), str(playbook), env=env, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    got: dict[str, Any] = json.loads((tmp_path / "out.json").read_text())
-    return got
+    return _play_on_controller(tmp_path, venv_env, "fleet_upgrade_busy.yml", extra, path_prefix=bin_dir)
 
 
 TRAINING = '#!/bin/sh\necho "4242, python3 train.py, 1024 MiB"\n'
