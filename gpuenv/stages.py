@@ -12,7 +12,10 @@ every play of site.yml has its stage).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("preflight", ("Preflight of the declared GPU stack", "Record the checked stack on each host")),
@@ -42,3 +45,148 @@ def stage_times(record: Mapping[str, Any]) -> dict[str, float]:
         if stage is not None:
             totals[stage] += play["wall_s"]
     return {stage: round(total, 1) for stage, total in totals.items()}
+
+
+class StagesError(ValueError):
+    """A stage playbook holds something a rollout could not run as site.yml does."""
+
+
+# What a stage playbook may hold for fleet_upgrade to run its roles the same way: anything else
+# (a `when`, play vars, post_tasks, a plain task) would be dropped by the rollout without a word, so
+# it is refused by name instead.
+_IMPORT = ("ansible.builtin.import_playbook", "import_playbook")
+_INCLUDE = ("ansible.builtin.include_role", "include_role", "ansible.builtin.import_role", "import_role")
+_PLAY_KEYS = {"name", "hosts", "gather_facts", "any_errors_fatal", "roles", "pre_tasks", "tasks"}
+_ROLE_KEYS = {"role", "name", "tags", "vars"}
+_TASK_KEYS = {"name", "tags", "vars"}
+_INCLUDE_KEYS = {"name", "tasks_from", "apply"}
+# The one host group the stages run on; the plays on localhost write reports and change no host.
+_HOSTS = "gpu_hosts"
+_CONTROLLER = "localhost"
+# The preflight's role: the rollout has run it for the whole fleet before the first batch.
+_PREFLIGHT_ROLE = "gpu_stack"
+
+
+def stage_steps(playbooks_dir: str | Path, carried: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The roles site.yml runs on a host, in its order: {play, file, role, tasks_from, vars} per step.
+
+    fleet_upgrade runs these one by one inside its rescue block, so a stage added to site.yml is part
+    of the next rollout with no edit in fleet_upgrade. CARRIED is what the rollout gives every step
+    as vars; a step whose playbook gives its role a var the rollout does not give with the same value
+    is refused, since the rollout would run that role differently from site.yml.
+    """
+    base = Path(playbooks_dir)
+    steps: list[dict[str, Any]] = []
+    for play, where in _plays(base, "site.yml", ()):
+        steps += _play_steps(play, where)
+    carried = dict(carried or {})
+    for step in steps:
+        for var, value in step["vars"].items():
+            if var not in carried or carried[var] != value:
+                raise StagesError(
+                    f"{step['file']} gives role {step['role']} {var}: {value!r}, and a rollout gives it "
+                    f"{'nothing' if var not in carried else repr(carried[var])}; add it to fleet_upgrade_stage_vars "
+                    "(roles/fleet_upgrade/vars/main.yml), so that playbooks/upgrade.yml runs the role as site.yml does"
+                )
+    return steps
+
+
+def _load(path: Path) -> list[Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise StagesError(f"cannot read the stage playbook {path}: {exc}") from exc
+    if not isinstance(data, list):
+        raise StagesError(f"{path} is not a list of plays")
+    return data
+
+
+def _plays(base: Path, name: str, seen: tuple[str, ...]) -> list[tuple[dict[str, Any], str]]:
+    if name in seen:
+        raise StagesError(f"playbooks/{name} imports itself (through {' -> '.join(seen)})")
+    plays: list[tuple[dict[str, Any], str]] = []
+    for entry in _load(base / name):
+        if not isinstance(entry, dict):
+            raise StagesError(f"playbooks/{name} holds {entry!r}, not a play")
+        imported = next((entry[k] for k in _IMPORT if k in entry), None)
+        if imported is not None:
+            extra = sorted(set(entry) - {"name", *_IMPORT})
+            if extra:
+                raise StagesError(f"playbooks/{name} imports {imported} with {extra}, which a rollout cannot carry")
+            plays += _plays(base, str(imported), (*seen, name))
+        else:
+            plays.append((entry, f"playbooks/{name}"))
+    return plays
+
+
+def _play_steps(play: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    title = f"{where} (play {play.get('name', '?')!r})"
+    hosts = play.get("hosts")
+    if hosts == _CONTROLLER:
+        return []
+    if hosts != _HOSTS:
+        raise StagesError(
+            f"{title} runs on hosts {hosts!r}; a stage runs on {_HOSTS!r} (or on {_CONTROLLER!r} for what changes "
+            "no host), since a rollout runs it host by host on the hosts of its batch"
+        )
+    extra = set(play) - _PLAY_KEYS
+    if extra:
+        raise StagesError(f"{title} has {sorted(extra)}, which a rollout would not run; move it into the stage's role")
+    roles = [_role_step(entry, title) for entry in play.get("roles") or []]
+    if [step["role"] for step in roles] == [_PREFLIGHT_ROLE]:
+        return []  # the preflight itself: a rollout runs it for the fleet before the first batch
+    for task in play.get("pre_tasks") or []:
+        if not _is_preflight_guard(task):
+            raise StagesError(
+                f"{title} has a pre_task {task.get('name', task)!r}; only the preflight's guard is allowed there"
+            )
+    steps = roles + [_task_step(task, title) for task in play.get("tasks") or []]
+    for step in steps:
+        if step["role"] == _PREFLIGHT_ROLE:
+            raise StagesError(
+                f"{title} runs the preflight's role {_PREFLIGHT_ROLE} beside others; give it its own play"
+            )
+        step.update(play=str(play.get("name", "")), file=where)
+    return steps
+
+
+def _role_step(entry: Any, title: str) -> dict[str, Any]:
+    if isinstance(entry, str):
+        return {"role": entry, "tasks_from": "main", "vars": {}}
+    extra = set(entry) - _ROLE_KEYS
+    if extra:
+        raise StagesError(
+            f"{title} gives role {entry.get('role', entry.get('name'))} {sorted(extra)}, which a rollout would drop"
+        )
+    return {"role": entry.get("role", entry.get("name")), "tasks_from": "main", "vars": dict(entry.get("vars") or {})}
+
+
+def _include(task: dict[str, Any]) -> dict[str, Any] | None:
+    args = next((task[k] for k in _INCLUDE if k in task), None)
+    return args if isinstance(args, dict) else None
+
+
+def _is_preflight_guard(task: dict[str, Any]) -> bool:
+    args = _include(task)
+    return args is not None and args.get("name") == _PREFLIGHT_ROLE
+
+
+def _task_step(task: dict[str, Any], title: str) -> dict[str, Any]:
+    args = _include(task)
+    if args is None:
+        raise StagesError(
+            f"{title} has the task {task.get('name', task)!r}, which is not a role's; a rollout runs roles only, "
+            "so move it into one"
+        )
+    extra = (
+        (set(task) - _TASK_KEYS - set(_INCLUDE))
+        | (set(args) - _INCLUDE_KEYS)
+        | (set(args.get("apply") or {}) - {"tags"})
+    )
+    if extra:
+        raise StagesError(f"{title} includes role {args.get('name')} with {sorted(extra)}, which a rollout would drop")
+    return {
+        "role": args["name"],
+        "tasks_from": str(args.get("tasks_from", "main")).removesuffix(".yml"),
+        "vars": dict(task.get("vars") or {}),
+    }

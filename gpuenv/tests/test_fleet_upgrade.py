@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
 
 from gpuenv import drift
 from gpuenv.tests.conftest import REPO, run_tool
 
 sys.path.insert(0, str(REPO / "plugins/filter"))
-from gpuenv_fleet import gpuenv_roles_with, gpuenv_upgrade_changes
+from gpuenv_fleet import gpuenv_roles_with, gpuenv_stage_steps, gpuenv_upgrade_changes
 
 DRIVER_535 = {"nvidia_driver": {"version": "535.216.01"}, "cudnn": {"version": "9.1.0.70"}}
 LINKS = {"/usr/local/cuda": "/usr/local/cuda-12.4", "/opt/gpuenv/envs/default": "/opt/gpuenv/envs/default-abc"}
@@ -128,29 +129,46 @@ def test_the_roles_with_switch_points_are_found_by_their_file(tmp_path: Path) ->
     ]
 
 
-def _roles_in(tasks: list[dict[str, Any]]) -> list[str]:
-    """The roles a task list includes, in order (blocks entered; tasks_from noted)."""
-    out: list[str] = []
-    for task in tasks or []:
-        if "block" in task:
-            out += _roles_in(task["block"])
-        inc = task.get("ansible.builtin.include_role")
-        if inc:
-            out.append(inc["name"] + (f":{inc['tasks_from']}" if "tasks_from" in inc else ""))
-    return out
+def test_a_rollout_runs_site_yml_s_steps_in_its_order() -> None:
+    # The stage playbooks are where the order lives; fleet_upgrade's loop reads them (gpuenv_stage_steps).
+    steps = gpuenv_stage_steps(str(REPO / "playbooks"), _stage_vars())
+    assert [(s["role"], s["tasks_from"]) for s in steps] == [
+        ("stack_record", "main"),
+        ("nvidia_driver", "main"),
+        ("gpu_services", "main"),
+        ("cuda_toolkit", "main"),
+        ("cudnn", "main"),
+        ("cuda_toolkit", "environment"),
+        ("pytorch_env", "main"),
+        ("gpu_verify", "main"),
+    ]
+    assert steps[3]["vars"] == {"cuda_toolkit_switch_default": False}
+    assert steps[3]["file"] == "playbooks/cuda.yml"
 
 
-def test_a_rollout_runs_the_roles_of_site_yml_in_its_order() -> None:
-    # The stage playbooks are where the order lives; fleet_upgrade's block must follow them.
-    site = []
-    for entry in yaml.safe_load((REPO / "playbooks/site.yml").read_text()):
-        for play in yaml.safe_load((REPO / "playbooks" / entry["ansible.builtin.import_playbook"]).read_text()):
-            if "roles" not in play:
-                continue
-            named = [r["role"] if isinstance(r, dict) else r for r in play["roles"]]
-            site += [r for r in named + _roles_in(play.get("tasks", [])) if r != "gpu_stack"]
-    upgrade = _roles_in(yaml.safe_load((REPO / "roles/fleet_upgrade/tasks/upgrade.yml").read_text()))
-    assert upgrade == site
+def _stage_vars() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "roles/fleet_upgrade/vars/main.yml").read_text())["fleet_upgrade_stage_vars"]
+
+
+def test_the_rollout_loop_gives_every_step_the_vars_the_stage_playbooks_give() -> None:
+    # The filter compares the playbooks' vars with fleet_upgrade_stage_vars; this checks that the loop
+    # really sets each of them, so that the check is not against a list nobody applies.
+    block = yaml.safe_load((REPO / "roles/fleet_upgrade/tasks/upgrade.yml").read_text())[0]["block"]
+    loops = [t for t in block if "gpuenv_stage_steps" in str(t.get("loop", ""))]
+    assert len(loops) == 1
+    assert loops[0]["ansible.builtin.include_role"] == {
+        "name": "{{ item.role }}",
+        "tasks_from": "{{ item.tasks_from }}",
+    }
+    for var in _stage_vars():
+        assert loops[0]["vars"][var] == "{{ fleet_upgrade_stage_vars." + var + " }}"
+
+
+def test_a_stage_playbook_the_rollout_cannot_follow_is_an_ansible_error_that_says_so(tmp_path: Path) -> None:
+    (tmp_path / "site.yml").write_text("- ansible.builtin.import_playbook: s.yml\n")
+    (tmp_path / "s.yml").write_text("- name: S\n  hosts: gpu_hosts\n  roles:\n    - {role: one, when: false}\n")
+    with pytest.raises(AnsibleFilterError, match=r"fleet_upgrade cannot run site\.yml's stages: .*gives role one"):
+        gpuenv_stage_steps(str(tmp_path))
 
 
 def _busy_step(tmp_path: Path, venv_env: dict[str, str], smi: str, extra: dict[str, object]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Filters for the fleet playbooks (drift.yml, upgrade.yml) and gpu_verify, calling gpuenv.drift and
-the report model, gpuenv.verify.model (tested in gpuenv/tests/test_drift.py and test_verify.py)."""
+"""Filters for the fleet playbooks (drift.yml, upgrade.yml) and gpu_verify, calling gpuenv.drift,
+gpuenv.stages and the report model, gpuenv.verify.model (tested in gpuenv/tests/test_drift.py and test_verify.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ansible.errors import AnsibleFilterError
+
 try:
-    from gpuenv import drift
+    from gpuenv import drift, stages
     from gpuenv.verify import model
 except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import drift
+    from gpuenv import drift, stages
     from gpuenv.verify import model
 
 
@@ -90,6 +92,14 @@ def gpuenv_roles_with(roles_dir: str, relpath: str) -> list[str]:
     return sorted(p.parts[-1 - len(Path(relpath).parts)] for p in Path(roles_dir).glob(f"*/{relpath}"))
 
 
+def gpuenv_stage_steps(playbooks_dir: str, carried: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """site.yml's steps for fleet_upgrade's loop (gpuenv.stages.stage_steps), a refusal as the task's error."""
+    try:
+        return stages.stage_steps(playbooks_dir, carried)
+    except stages.StagesError as exc:
+        raise AnsibleFilterError(f"fleet_upgrade cannot run site.yml's stages: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -97,6 +107,7 @@ class FilterModule:
             "gpuenv_merge_report": gpuenv_merge_report,
             "gpuenv_roles_with": gpuenv_roles_with,
             "gpuenv_stack_summary": gpuenv_stack_summary,
+            "gpuenv_stage_steps": gpuenv_stage_steps,
             "gpuenv_upgrade_changes": gpuenv_upgrade_changes,
             "gpuenv_verify_failed_report": gpuenv_verify_failed_report,
             "gpuenv_verify_report": gpuenv_verify_report,
