@@ -52,6 +52,7 @@ class Cudnn:
     sonames: list[str] = field(default_factory=list)
     owner: str | None = None  # its toolkit tree, environment or package
     configured: str | None = None  # the ld.so.conf file that names its directory
+    configured_as: str | None = None  # the directory as that file writes it (a link, often: /usr/local/cuda/lib64)
     loader: list[str] = field(default_factory=list)  # what keeps the loader from it (configured directories)
 
     @property
@@ -148,9 +149,10 @@ def _cudnn_at(host: Host, lib: str, kind: str, owner: str | None) -> Cudnn | Non
     return Cudnn(lib, version, kind, sorted(sonames), owner)
 
 
-def ld_so_conf(host: Host, path: str = "/etc/ld.so.conf", depth: int = 0) -> dict[str, str]:
-    """{directory's real path: the file that names it} from ld.so.conf and its `include`s."""
-    found: dict[str, str] = {}
+def ld_so_conf(host: Host, path: str = "/etc/ld.so.conf", depth: int = 0) -> dict[str, tuple[str, str]]:
+    """{directory's real path: (the file that names it, the directory as written there)} from ld.so.conf
+    and its `include`s."""
+    found: dict[str, tuple[str, str]] = {}
     for raw in (host.read(path) or "").splitlines():
         line = raw.split("#", 1)[0].strip()
         if line.startswith("include") and depth < 8:
@@ -166,7 +168,7 @@ def ld_so_conf(host: Host, path: str = "/etc/ld.so.conf", depth: int = 0) -> dic
             for entry in re.split(r"[\s:,]+", line):
                 real = host.real(entry) if entry.startswith("/") else None
                 if real and real not in found:
-                    found[real] = path
+                    found[real] = (path, entry)
     return found
 
 
@@ -197,7 +199,7 @@ def cudnn_copies(
         add(lib, "library path", None)
     configured = ld_so_conf(host)
     for real, copy in found.items():
-        copy.configured = configured.get(real)
+        copy.configured, copy.configured_as = configured.get(real, (None, None))
         if copy.kind == "tree" and copy.configured:
             copy.loader = loader_problems(copy.sonames, PurePosixPath(copy.lib), cache, host.real)
     return list(found.values())

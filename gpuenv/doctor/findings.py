@@ -154,13 +154,27 @@ def _shadows(env: Env, session: list[LibPath], copies: dict[str, Cudnn]) -> list
             copy = copies.get(directory)
             if copy is None or copy.major != major or copy.lib == own:
                 continue
-            seen = [p for p in loaded.get("observed") or [] if loaded.get("status") in (WARN, FAIL)]
-            why = (
-                f"the loader searches LD_LIBRARY_PATH before the RUNPATH through which torch finds its own cuDNN "
-                f"({env.cudnn_from} {env.cudnn}), so libcudnn.so.{major} comes from {copy.lib}"
-            )
-            if seen:
-                why += f"; verify saw torch map {', '.join(map(str, seen))}"
+            seen = [str(p) for p in loaded.get("observed") or [] if loaded.get("status") in (WARN, FAIL)]
+            # torch 2.x loads libcudnn.so.N of its own wheel by path, and cuDNN then opens its parts
+            # (libcudnn_ops_infer.so.8, ...) by name, which LD_LIBRARY_PATH answers: seen on a sandbox
+            # host (molecule/doctor), torch 2.0.1 mapped its own libcudnn.so.8 and the tree's 8.6 parts.
+            from_copy = [p for p in seen if p.startswith(copy.lib.rstrip("/") + "/")]
+            mixed = bool(from_copy) and len(from_copy) < len(seen)
+            if mixed:
+                why = (
+                    f"the loader searches LD_LIBRARY_PATH before the RUNPATH through which torch finds its own cuDNN "
+                    f"({env.cudnn_from} {env.cudnn}); torch opened its own libcudnn.so.{major}, but cuDNN opens its "
+                    f"parts by name and got them from {copy.lib}: verify saw torch map "
+                    f"{', '.join(p for p in seen if p not in from_copy)} beside {', '.join(from_copy)}, two cuDNN "
+                    "releases in one process"
+                )
+            else:
+                why = (
+                    f"the loader searches LD_LIBRARY_PATH before the RUNPATH through which torch finds its own cuDNN "
+                    f"({env.cudnn_from} {env.cudnn}), so libcudnn.so.{major} comes from {copy.lib}"
+                )
+                if seen:
+                    why += f"; verify saw torch map {', '.join(seen)}"
             if refused.get("status") == FAIL:
                 why += f"; torch: {str(refused.get('observed'))[:300]}"
             where = "this shell" if lp.source == SESSION_SHELL else lp.source
@@ -174,7 +188,8 @@ def _shadows(env: Env, session: list[LibPath], copies: dict[str, Cudnn]) -> list
                     "cudnn-shadow",
                     ERROR if seen or refused.get("status") == FAIL else WARNING,
                     f"{copy.lib} on LD_LIBRARY_PATH ({where}) holds cuDNN {copy.version or major}, which torch in "
-                    f"{env.path} loads instead of its own {env.cudnn}",
+                    f"{env.path} loads {'in part (its sub-libraries) beside' if mixed else 'instead of'} its own "
+                    f"{env.cudnn}",
                     why,
                     fix,
                     ["ld_so_man"],

@@ -121,7 +121,7 @@ def loader_findings(copies: list[Cudnn]) -> list[Finding]:
                 ERROR,
                 f"cuDNN {copy.version or ''} in {copy.lib}: {len(copy.loader)} of {len(copy.sonames)} libraries "
                 "are not where the loader's cache looks",
-                f"{said}. {copy.configured} names {copy.lib}, but "
+                f"{said}. {copy.configured} names {_as_written(copy)}, but "
                 + ("another copy comes first in the cache" if other else "the cache predates the copy")
                 + "; cuDNN loads its parts by name, so a program fails with "
                 + f'"Could not load library {copy.sonames[-1]}"',
@@ -166,3 +166,10 @@ def toolkit_findings(toolkits: list[Toolkit]) -> list[Finding]:
             where=[first.path, *([local.path] if local.path != first.path else [])],
         )
     ]
+
+
+def _as_written(copy: Cudnn) -> str:
+    """The directory as the ld.so.conf file writes it, and where it leads when that is a link: the
+    person reading the finding looks for their own line in the file."""
+    written = copy.configured_as or copy.lib
+    return written if written == copy.lib else f"{written} (that is, {copy.lib})"

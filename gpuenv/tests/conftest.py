@@ -24,11 +24,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_tool(name: str, *args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """Run one of the venv's commands (ansible, ansible-playbook, ...) from the repo root, output captured."""
+    """Run one of the venv's commands (ansible, ansible-playbook, ...) from the repo root, output captured.
+
+    With a stdin of its own: ssh sets O_NONBLOCK on the stdin it inherits, a flag of the open file that
+    every process which inherited it shares, and an ansible-playbook started meanwhile then refuses to
+    run ("Ansible requires blocking IO on stdin/stdout/stderr"). The fleet tests run ssh and Ansible
+    side by side (a cold run's single-host faults failed so)."""
     return subprocess.run(
         [str(Path(sys.executable).parent / name), *args],
         cwd=REPO,
         env=env,
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         check=False,

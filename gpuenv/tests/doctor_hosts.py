@@ -58,8 +58,16 @@ ARCH_CU117 = ["sm_37", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86"]
 ARCH_CU124 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 WHEEL_LIB = "site-packages/nvidia/cudnn/lib"
 TREE_LIB = "/usr/local/cuda-11.8/lib64"
-# What /proc/self/maps shows torch 2.0.1 mapped with the tree on LD_LIBRARY_PATH (the real files, links resolved).
-MAPPED_BY_LEGACY = [f"{TREE_LIB}/libcudnn.so.8.6.0", f"{TREE_LIB}/libcudnn_ops_infer.so.8.6.0"]
+TRAIN, LEGACY = "/home/alice/venvs/train", "/home/alice/projects/legacy/.venv"
+# What /proc/self/maps shows torch 2.0.1 mapped with the tree on LD_LIBRARY_PATH (the real files,
+# links resolved), as on a sandbox host set up the same way (molecule/doctor): its own
+# libcudnn.so.8, loaded by path, and the tree's parts, which cuDNN opens by name.
+MAPPED_BY_LEGACY = [
+    f"{LEGACY}/lib/python3.11/{WHEEL_LIB}/libcudnn.so.8",
+    f"{TREE_LIB}/libcudnn_ops_infer.so.8.6.0",
+]
+# A torch that opens libcudnn.so.8 by its name alone gets all of it from the tree.
+MAPPED_WHOLE_BY_LEGACY = [f"{TREE_LIB}/libcudnn.so.8.6.0", f"{TREE_LIB}/libcudnn_ops_infer.so.8.6.0"]
 
 
 def data(name: str) -> str:
@@ -269,7 +277,6 @@ def report(host: str = "alice-ws", **checks: tuple[str, Any, Any]) -> dict[str, 
 
 # --- the two hosts of the issue -----------------------------------------------------------------
 LEGACY_ACTIVATE = "export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}\n"
-TRAIN, LEGACY = "/home/alice/venvs/train", "/home/alice/projects/legacy/.venv"
 
 
 def messy(root: Path, *, elf: bool = False) -> FakeHost:
@@ -299,12 +306,12 @@ def messy(root: Path, *, elf: bool = False) -> FakeHost:
         cudnn__version=("pass", 92000, None),
         cudnn__loaded_library=("pass", [f"{TRAIN}/{site}/libcudnn.so.9"], None),
     ))  # fmt: skip
-    # torch 2.0.1 maps the tree's cuDNN 8.6 (LD_LIBRARY_PATH comes before its RUNPATH).
+    # torch 2.0.1 maps the tree's cuDNN 8.6 parts (LD_LIBRARY_PATH comes before its RUNPATH).
     verify_answer(fh, f"{LEGACY}/bin/python", report(
         torch__build=("pass", {"torch": "2.0.1+cu117", "cuda": "11.7", "env": "venv"}, None),
         torch__cuda_available=("pass", [{"index": 0, "name": "NVIDIA A10", "cc": "8.6"}], None),
         gpu__arch_coverage=("pass", ["GPU 0 (CC 8.6): SASS sm_86"], ARCH_CU117),
-        cudnn__version=("pass", 8600, None),
+        cudnn__version=("pass", 8500, None),  # torch.backends.cudnn.version(): its own libcudnn.so.8
         cudnn__loaded_library=("warn", MAPPED_BY_LEGACY, LEGACY),
     ))  # fmt: skip
     return fh

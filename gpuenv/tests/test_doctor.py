@@ -75,6 +75,8 @@ def test_cudnn_copied_without_ldconfig_then_ldconfig_run(tmp_path: Path) -> None
     assert found.where == [f"{TREE}/lib64", "/etc/ld.so.conf.d/cuda.conf"]
     assert found.fix.startswith("sudo ldconfig")
     assert "libcudnn_ops_infer.so.8" in found.why
+    # The file's own line, which the person looks for, and where it leads (/usr/local/cuda is a link).
+    assert f"/etc/ld.so.conf.d/cuda.conf names /usr/local/cuda/lib64 (that is, {TREE}/lib64), but" in found.why
     # After `sudo ldconfig` the cache lists every soname the copy holds, where the loader looks.
     sonames = sorted(p.name for p in fh.path(f"{TREE}/lib64").glob("libcudnn*.so.8"))
     cache = doctor_hosts.data("ldconfig-p-messy.txt") + "".join(
@@ -119,6 +121,26 @@ def test_system_cudnn_on_ld_library_path_then_taken_off(tmp_path: Path) -> None:
         fh, f"{LEGACY}/bin/python", doctor_hosts.report(cudnn__loaded_library=("pass", [own], None))
     )
     assert "cudnn-shadow" not in {f.rule for f in diagnose(fh).findings}
+
+
+def test_a_shadow_says_whether_torch_loads_the_other_cudnn_in_part_or_whole(tmp_path: Path) -> None:
+    # As seen on a sandbox host (molecule/doctor): torch 2.0.1 opened its own libcudnn.so.8 and cuDNN
+    # then took its parts from the tree on LD_LIBRARY_PATH. The finding says so, not "instead of".
+    fh = messy(tmp_path / "root")
+    found = only(diagnose(fh), "cudnn-shadow")
+    assert "loads in part (its sub-libraries) beside its own 8.5.0.96" in found.message
+    assert f"got them from {TREE}/lib64: verify saw torch map {LEGACY}/lib/python3.11/" in found.why
+    assert f"beside {TREE}/lib64/libcudnn_ops_infer.so.8.6.0, two cuDNN releases in one process" in found.why
+    # A torch that opens libcudnn.so.8 by name gets all of it from the tree: "instead of" its own.
+    fh.forget(f"{LEGACY}/bin/python")
+    doctor_hosts.verify_answer(
+        fh,
+        f"{LEGACY}/bin/python",
+        doctor_hosts.report(cudnn__loaded_library=("warn", doctor_hosts.MAPPED_WHOLE_BY_LEGACY, LEGACY)),
+    )
+    found = only(diagnose(fh), "cudnn-shadow")
+    assert "loads instead of its own 8.5.0.96" in found.message
+    assert f"so libcudnn.so.8 comes from {TREE}/lib64; verify saw torch map {TREE}/lib64/libcudnn.so.8.6.0" in found.why
 
 
 def test_clean_gpuenv_host_gets_a_clean_bill(tmp_path: Path) -> None:

@@ -91,6 +91,7 @@ class Site:
             [str(Path(sys.executable).parent / "ansible-playbook"), *self._argv(playbook, *args)],
             cwd=REPO,
             env=self.env,
+            stdin=subprocess.DEVNULL,  # not the test's: ssh would make it non-blocking (conftest.run_tool)
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,
@@ -100,7 +101,16 @@ class Site:
 
 def ssh(host: str, command: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     h = fleet.State.load().hosts[host]
-    return subprocess.run(fleet.ssh_argv(h, command), capture_output=True, text=True, check=False, timeout=timeout)
+    # A stdin of its own: ssh makes the stdin it inherits non-blocking for every process that shares it,
+    # Ansible started beside it included (conftest.run_tool).
+    return subprocess.run(
+        fleet.ssh_argv(h, command),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
 
 
 def link(host: str, path: str) -> str:
