@@ -169,8 +169,8 @@ def _blocks(lines: list[str], start: re.Pattern[str], end: re.Pattern[str]) -> I
                 yield name, body
             name = None
             continue
-        m = start.match(line)
-        if m and not end.match(line):
+        m = start.match(line)  # an end line is never a start: the start patterns end at the name
+        if m:
             if name is not None:  # a new block before the last one ended: the last was cut off
                 yield name, body
             name, body = m.group(1), []
@@ -225,13 +225,13 @@ def digest(text: str) -> list[str]:
     return out
 
 
-def disk_summary(samples: str, start_mb: int | None = None) -> str | None:
+def disk_summary(samples: str) -> str | None:
     """'SECONDS FREE_MB' lines (scripts/test's sampler) as one line: the least free and when."""
     points = [tuple(int(x) for x in line.split()[:2]) for line in samples.splitlines() if len(line.split()) >= 2]
     if not points:
         return None
     at, least = min(points, key=lambda p: p[1])
-    first = start_mb if start_mb is not None else points[0][1]
+    first = points[0][1]
     return f"disk: {first / 1024:.1f} GB free when the lanes started, {least / 1024:.1f} GB at the least ({at} s in)"
 
 
