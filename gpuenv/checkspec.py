@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuenv.compat import load
+from gpuenv.osvars import Unserved
 from gpuenv.report import invalid_dict, to_dict
 from gpuenv.rules import check
 from gpuenv.stack import TOP_KEY, SpecError, load_stack_document, parse_stack
@@ -33,12 +34,14 @@ def check_mapping(
     cudnn_fetch: str = "manifest",
     nvswitches: Iterable[Mapping[str, str]] = (),
     services_settings: Mapping[str, Any] | None = None,
+    unserved: Iterable[Unserved] = (),
 ) -> dict[str, Any]:
     """Judge a `gpu_stack` mapping; the result is a JSON-able dict (see report.to_dict). `backend`
     is the environment's (pytorch_env_backend: venv by default, conda), `cudnn_fetch` how the
     cudnn role gets its tarball (cudnn_fetch_mode), `nvswitches` the host's NVSwitch chips
     (hostparse.nvswitches) and `services_settings` nvidia_driver_source and
-    gpu_services_fabricmanager beside the stack (rule fabric-manager)."""
+    gpu_services_fabricmanager beside the stack (rule fabric-manager), `unserved` the roles of the
+    run that cannot serve the host's OS (gpuenv.osvars.unserved, rule os-role)."""
     if not isinstance(raw, Mapping):
         return invalid_dict([f"gpu_stack must be a mapping of keys to values, not {type(raw).__name__}."], origin)
     data = load()
@@ -55,6 +58,7 @@ def check_mapping(
         cudnn_fetch=cudnn_fetch,
         nvswitches=nvswitches,
         services_settings=services_settings,
+        unserved=unserved,
     )
     return to_dict(report, data, origin)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuenv import versions
 from gpuenv.compat import CompatData, load
+from gpuenv.osvars import Unserved
 from gpuenv.rules.base import (
     ERROR,
     EXIT_INCOMPATIBLE,
@@ -101,10 +102,12 @@ def check(
     cudnn_fetch: str = "manifest",
     nvswitches: Iterable[Mapping[str, str]] = (),
     services_settings: Mapping[str, Any] | None = None,
+    unserved: Iterable[Unserved] = (),
 ) -> Report:
     """Judge a well-formed stack (and, where given, the host's GPUs, NVSwitches and OS, the
     environment's backend, how the cudnn role gets its tarball: cudnn_fetch_mode, and the driver
-    and services settings check_fabric reads) against the data."""
+    and services settings check_fabric reads, the roles of the run that cannot serve the host's OS:
+    gpuenv.osvars.unserved) against the data."""
     checker = _Checker(stack, data or load(), cudnn_fetch)
     checker.resolve_gpus(host_gpus)
     checker.check_toolkit()
@@ -115,6 +118,7 @@ def check(
     for gpu in checker.gpus:
         checker.check_gpu(gpu)
     checker.check_os(host_facts)
+    checker.check_roles_os(unserved)
     checker.check_os_python(backend)
     checker.check_fabric(nvswitches, services_settings)
     return Report(stack=stack, gpus=checker.gpus, findings=checker.findings, resolved=checker.resolved())

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuenv import services
+from gpuenv.osvars import Unserved
 from gpuenv.rules.base import ERROR, WARNING, CheckerBase
 
 
@@ -35,6 +36,22 @@ class HostRules(CheckerBase):
                 f"gpu_stack.os is {self.stack.os} but the host runs {host_os} ({label})",
                 "the stack was declared and checked for another OS; packages and driver sources differ",
                 f"set gpu_stack.os: {host_os} for this group, or move the host to a group for {host_os}",
+                "derived",
+            )
+
+    def check_roles_os(self, unserved: Iterable[Unserved]) -> None:
+        """The roles of the run that have no vars file for the host's OS (gpuenv.osvars): refused
+        here, before any role installs anything, rather than at the role's first package task."""
+        for role in unserved:
+            how = f" with {role.selector}" if role.selector else ""
+            self.add(
+                "os-role",
+                ERROR,
+                f"the {role.role} role cannot serve {role.host}{how}",
+                f"{role.why}; the role would fail at its first package task, after the stages before it had "
+                "changed the host",
+                f"choose another source for {role.role} (roles/{role.role}/README.md lists what each serves), or add "
+                f"the OS's vars file and tasks to roles/{role.role} (docs/architecture.md, 'Adding an OS')",
                 "derived",
             )
 
