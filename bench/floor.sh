@@ -13,7 +13,12 @@
 #   FLOOR_REQUIREMENTS    pinned requirements, space-separated (torch==2.5.1 ...)
 #   FLOOR_DRIVER_PACKAGES Debian's driver packages (nvidia-kernel-dkms nvidia-smi libcuda1)
 #   FLOOR_KERNEL_HEADERS  1: headers for every installed kernel, for DKMS (the driver's full mode)
-# Each stage prints "floor-stage NAME SECONDS" on its own line; bench/run reads them.
+#   FLOOR_OVERLAP         1: the driver's apt install (and its DKMS build) runs in the background
+#                         while the CUDA, cuDNN and environment stages run (the Python packages the
+#                         environment needs are installed first: apt holds dpkg's lock throughout);
+#                         what the best overlap of the stages could give (issue 19's overlap lever)
+# Each stage prints "floor-stage NAME SECONDS" on its own line; bench/run reads them. With
+# FLOOR_OVERLAP=1 the driver's line comes last and counts only the wait for it after the others.
 set -euo pipefail
 
 mirror=${FLOOR_MIRROR:?set FLOOR_MIRROR to the NVIDIA redist mirror}
@@ -24,6 +29,7 @@ python=${FLOOR_PYTHON:?set FLOOR_PYTHON, e.g. 3.11}
 requirements=${FLOOR_REQUIREMENTS:?set FLOOR_REQUIREMENTS, e.g. torch==2.5.1}
 driver_packages=${FLOOR_DRIVER_PACKAGES:-nvidia-kernel-dkms nvidia-smi libcuda1}
 kernel_headers=${FLOOR_KERNEL_HEADERS:-1}
+overlap=${FLOOR_OVERLAP:-0}
 
 cuda_mm=${cuda%.*}
 cuda_major=${cuda%%.*}
@@ -47,9 +53,17 @@ headers=()
 if [ "$kernel_headers" = 1 ]; then
   for k in /lib/modules/*; do [ -d "$k" ] && headers+=("linux-headers-$(basename "$k")"); done
 fi
-# shellcheck disable=SC2086  # the package lists are word lists
-apt-get install -y -qq --no-install-recommends ${headers[@]+"${headers[@]}"} $driver_packages >/dev/null
-stage driver
+if [ "$overlap" = 1 ]; then
+  apt-get install -y -qq --no-install-recommends "python$python" "python$python-venv" >/dev/null
+  # shellcheck disable=SC2086  # the package lists are word lists
+  apt-get install -y -qq --no-install-recommends ${headers[@]+"${headers[@]}"} $driver_packages >"$work/driver.log" 2>&1 &
+  driver_pid=$!
+  stage python
+else
+  # shellcheck disable=SC2086  # the package lists are word lists
+  apt-get install -y -qq --no-install-recommends ${headers[@]+"${headers[@]}"} $driver_packages >/dev/null
+  stage driver
+fi
 
 # --- CUDA toolkit: NVIDIA's redist archives from the mirror, unpacked into one tree
 curl -fsS -o cuda.json "$mirror/compute/cuda/redist/redistrib_$cuda.json"
@@ -82,11 +96,15 @@ ldconfig
 stage cudnn
 
 # --- the PyTorch environment: a venv and pip (the host's pip.conf names the index)
-apt-get install -y -qq --no-install-recommends "python$python" "python$python-venv" >/dev/null
+[ "$overlap" = 1 ] || apt-get install -y -qq --no-install-recommends "python$python" "python$python-venv" >/dev/null
 "python$python" -m venv /opt/floor/env
 # shellcheck disable=SC2086
 /opt/floor/env/bin/pip install -q --disable-pip-version-check $requirements
 stage env
+if [ "$overlap" = 1 ]; then
+  wait "$driver_pid" || { cat "$work/driver.log" >&2; echo "floor: the driver's install failed (above)" >&2; exit 1; }
+  stage driver
+fi
 
 # --- the check a hand install ends with
 /opt/floor/env/bin/python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'

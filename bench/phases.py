@@ -211,13 +211,16 @@ class Bench:
             },
         }
 
-    def floor(self, name: str, label: str) -> dict[str, Any]:
+    def floor(self, name: str, label: str, *, overlap: bool = False) -> dict[str, Any]:
+        """bench/floor.sh on a fresh host; overlap: the driver's install in the background while the
+        other stages run (FLOOR_OVERLAP=1, bench/overlap.py)."""
         ip = host_ip(name)
         subprocess.run(  # noqa: S603
             ["scp", "-q", *fleet.ssh_options(), str(FLOOR), f"root@{ip}:/root/floor.sh"],  # noqa: S607
             check=True,
         )
-        out, wall = ssh(ip, "bash /root/floor.sh", env=floor_env(self.plan, self.settings["driver_mode"]))
+        env = floor_env(self.plan, self.settings["driver_mode"]) | ({"FLOOR_OVERLAP": "1"} if overlap else {})
+        out, wall = ssh(ip, "bash /root/floor.sh", env=env)
         (self.log_dir / f"{label}.log").write_text(out)
         stages: dict[str, float] = {}
         for line in out.splitlines():

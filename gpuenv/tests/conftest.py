@@ -131,3 +131,14 @@ def load_plugin(relative: str) -> ModuleType:
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
+
+
+def run_module(module: ModuleType, capsys: pytest.CaptureFixture[str], params: dict[str, Any]) -> dict[str, Any]:
+    """Run one of gpuenv's modules' main() with these arguments (_ansible_check_mode, _ansible_diff
+    among them) and return the JSON it exits with."""
+    from ansible.module_utils.testing import patch_module_args  # noqa: PLC0415 - only the module tests need it
+
+    with patch_module_args(params), pytest.raises(SystemExit):
+        module.main()
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result

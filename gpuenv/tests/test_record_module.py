@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
-from gpuenv.tests.conftest import load_plugin
+from gpuenv.tests.conftest import load_plugin, run_module
 
 mod = load_plugin("plugins/modules/gpuenv_record.py")
 RECORD = {"version": "9.1.0.70", "trees": {"/usr/local/cuda-12.4": {"layout": "split"}}, "source": "tarball"}
@@ -18,12 +17,8 @@ RECORD = {"version": "9.1.0.70", "trees": {"/usr/local/cuda-12.4": {"layout": "s
 
 def call(capsys: pytest.CaptureFixture[str], *, check: bool = False, **params: Any) -> dict[str, Any]:
     params.setdefault("_ansible_diff", True)
-    if check:
-        params["_ansible_check_mode"] = True
-    with patch_module_args(params), pytest.raises(SystemExit):
-        mod.main()
-    result: dict[str, Any] = json.loads(capsys.readouterr().out)
-    return result
+    params["_ansible_check_mode"] = check
+    return run_module(mod, capsys, params)
 
 
 def test_the_record_is_written_as_ansible_reads_it_and_a_second_run_changes_nothing(

@@ -1,0 +1,67 @@
+"""bench/run's report: issue 19's targets judged honestly, and the quick run's own section of
+docs/benchmarks.md beside the full run's."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+import harness  # noqa: E402 - bench/ is not a package
+import report  # noqa: E402
+
+SAMPLE: dict[str, Any] = json.loads((REPO / "bench/sample-results.json").read_text())
+
+
+def _rows(results: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {r[0]: r[1:] for r in report.rows(results, harness.TARGETS)}
+
+
+def test_the_targets_are_issue_19_s() -> None:
+    rows = _rows(SAMPLE)
+    _measured, target, verdict = rows["1. fresh host to verified stack"]
+    assert target == "ratio <= 0.8"
+    assert verdict == "NOT met"  # the sample's ratio is 1.54
+    assert rows["2. no-op re-run, 1 host"][1:] == ("0 changed, < 10 s", "NOT met")  # 24.7 s
+
+
+def test_the_fan_out_is_judged_by_the_controller_s_cpu_per_host() -> None:
+    measured, target, verdict = _rows(SAMPLE)["3. fleet fan-out, no-op + verify"]
+    assert target == "controller CPU < 2 s per no-op host"
+    per_host = report._per_host_cpu(SAMPLE["fanout"]["sizes"])
+    assert per_host is not None
+    assert f"controller {per_host[0]:.1f} s" in measured
+    assert verdict == ("met" if per_host[0] < 2 else "NOT met")
+    # A run whose controller costs 1 s of CPU per host meets it, whatever the wall time.
+    cheap = copy.deepcopy(SAMPLE)
+    for n, size in cheap["fanout"]["sizes"].items():
+        size["controller_cpu_s"] = 1.0 * int(n)
+    assert _rows(cheap)["3. fleet fan-out, no-op + verify"][2] == "met"
+    # ...unless a host changed.
+    cheap["fanout"]["sizes"]["4"]["changed"] = 1
+    assert _rows(cheap)["3. fleet fan-out, no-op + verify"][2] == "NOT met"
+
+
+@pytest.mark.parametrize("first", ["full", "quick"])
+def test_the_quick_run_writes_its_own_section_after_the_full_run_s(tmp_path: Path, first: str) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nIntro.\n\n## Kept by hand\n\nText.\n")
+    full = ("## Full\n\n![c](stages.png)\n", "benchmarks/", (harness.BEGIN, harness.END))
+    quick = ("## Quick\n\n![c](stages.png)\n", "benchmarks/quick/", (harness.QUICK_BEGIN, harness.QUICK_END))
+    order = [full, quick] if first == "full" else [quick, full]
+    for section, prefix, markers in order * 2:  # twice: the second run of each replaces its own
+        harness.replace_section(doc, section, image_prefix=prefix, markers=markers)
+    text = doc.read_text()
+    assert text.count("## Full") == 1
+    assert text.count("## Quick") == 1
+    assert "](benchmarks/stages.png)" in text
+    assert "](benchmarks/quick/stages.png)" in text
+    assert text.index("## Kept by hand") > text.index("## Full")
+    if first == "full":
+        assert text.index(harness.END) < text.index(harness.QUICK_BEGIN)
