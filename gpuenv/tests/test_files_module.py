@@ -57,7 +57,12 @@ def test_only_what_differs_changes_and_check_mode_writes_nothing(
     (tmp_path / "verify/results").chmod(0o777)
     preview = call(capsys, _entries(tmp_path), check=True)
     assert preview["changed_paths"] == [str(tmp_path / "verify/results"), str(tmp_path / "verify/stack.json")]
-    stack_diff = next(d for d in preview["diff"] if d["after_header"].endswith("stack.json"))
+    stack_diff = next(d for d in preview["diff"] if d.get("after_header", "").endswith("stack.json"))
+    # A directory's diff is its mode, as Ansible's file module shows it.
+    assert {
+        "before": {"path": str(tmp_path / "verify/results"), "mode": "0777"},
+        "after": {"path": str(tmp_path / "verify/results"), "state": "directory", "mode": "0750"},
+    } in preview["diff"]
     assert (stack_diff["before"], stack_diff["after"]) == ('{"old": 1}\n', "{}\n")
     assert (tmp_path / "verify/stack.json").read_text() == '{"old": 1}\n'
     assert oct((tmp_path / "verify/results").stat().st_mode & 0o7777) == "0o777"

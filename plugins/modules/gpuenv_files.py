@@ -123,7 +123,7 @@ def plan(module: AnsibleModule) -> list[dict[str, Any]]:
                 module.fail_json(msg=f"gpuenv_files: {path} exists and is not a directory; move it away")
             step["create"] = st is None
             step["write"] = False
-            step["before"] = "" if st is None else "(directory)"
+            step["before"] = ""
         else:
             content = str(entry["content"])
             before = ""
@@ -137,6 +137,7 @@ def plan(module: AnsibleModule) -> list[dict[str, Any]]:
             # A link (or anything not a regular file) is replaced by the file, never written through.
             step["create"] = st is None or not stat.S_ISREG(st.st_mode)
             step["write"] = step["create"] or before != content
+        step["before_mode"] = f"{stat.S_IMODE(st.st_mode):04o}" if st is not None else None
         step["fix_meta"] = (
             step["create"] or stat.S_IMODE(st.st_mode) != mode or st.st_uid != uid or st.st_gid != gid
             if st is not None
@@ -144,6 +145,16 @@ def plan(module: AnsibleModule) -> list[dict[str, Any]]:
         )
         out.append(step)
     return out
+
+
+def _diff(step: dict[str, Any]) -> dict[str, Any]:
+    """A file's content before and after; for a directory, or a file whose content stays, what Ansible's
+    file module shows: its state and mode."""
+    path = step["path"]
+    if step["state"] == "file" and step["write"]:
+        return {"before_header": path, "after_header": path, "before": step["before"], "after": step["content"]}
+    before = {"path": path, "state": "absent"} if step["create"] else {"path": path, "mode": step["before_mode"]}
+    return {"before": before, "after": {"path": path, "state": step["state"], "mode": f"{step['mode']:04o}"}}
 
 
 def apply(module: AnsibleModule, step: dict[str, Any]) -> None:
@@ -192,15 +203,7 @@ def main() -> None:
     changed = [s for s in steps if s["create"] or s["write"] or s["fix_meta"]]
     result: dict[str, Any] = {"changed": bool(changed), "changed_paths": [s["path"] for s in changed]}
     if module._diff:
-        result["diff"] = [
-            {
-                "before_header": s["path"],
-                "after_header": s["path"],
-                "before": s["before"],
-                "after": s.get("content", "(directory)"),
-            }
-            for s in changed
-        ]
+        result["diff"] = [_diff(s) for s in changed]
     if not module.check_mode:
         for step in changed:
             # A directory this run makes in check mode does not exist for the entries after it; in a
