@@ -8,6 +8,8 @@
 #   bench/levers.sh installer [RUNS] [HOST]  a new environment (env.yml; the stack's torch with one
 #                                            extra package, a new pin each run so that each run
 #                                            builds) with pip and with uv, each with its warm cache
+#   bench/levers.sh commit REV [RUNS] [HOST] a no-op site.yml with the code of REV (a git worktree)
+#                                            and with this working tree's: a change's before/after
 #   defaults: 3 runs, host sb1 of inventory/sandbox
 #
 # Needs a provisioned sandbox (./scripts/demo leaves one up). mitogen is an option gpuenv documents,
@@ -16,27 +18,38 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 lever=${1:-}
+rev=""
+if [ "$lever" = commit ]; then
+  rev=${2:-}
+  [ -n "$rev" ] || { echo "levers.sh: commit needs a revision (a commit, a tag or a branch)" >&2; exit 2; }
+  shift
+fi
 runs=${2:-3}
 host=${3:-sb1}
 case "$lever" in
-  mitogen | installer) ;;
-  *) sed -n '5,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  mitogen | installer | commit) ;;
+  *) sed -n '5,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
 cd "$root"
 export PATH="$root/.venv/bin:$PATH" ANSIBLE_NOCOLOR=1
 [ -f inventory/sandbox/hosts.yml ] || { echo "levers.sh: no sandbox is up; run ./scripts/demo first" >&2; exit 1; }
 
 dir=$(mktemp -d /tmp/gpuenv-levers.XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+trap 'rm -rf "$dir"; [ -z "$rev" ] || git -C "$root" worktree prune' EXIT
 
 one() {  # NAME PLAYBOOK [ENV...] -- [ARGS...]: one run, its figures on one line
   local name=$1 playbook=$2
   shift 2
-  local envs=()
-  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  local envs=() tree=$root
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    case "$1" in TREE=*) tree=${1#TREE=} ;; *) envs+=("$1") ;; esac
+    shift
+  done
   [ "${1:-}" = -- ] && shift
-  env "${envs[@]}" /usr/bin/time -f '%e %U %S' -o "$dir/time" \
-    ansible-playbook -i inventory/sandbox "playbooks/$playbook" --limit "$host" "$@" > "$dir/out" 2>&1 \
+  # Another tree's playbooks, roles and plugins (ansible.cfg), and its gpuenv for the filters.
+  (cd "$tree" && env ANSIBLE_CONFIG="$tree/ansible.cfg" PYTHONPATH="$tree" "${envs[@]}" \
+    /usr/bin/time -f '%e %U %S' -o "$dir/time" \
+    ansible-playbook -i "$root/inventory/sandbox" "playbooks/$playbook" --limit "$host" "$@") > "$dir/out" 2>&1 \
     || { tail -40 "$dir/out"; echo "levers.sh: the $name run failed (above)" >&2; exit 1; }
   read -r wall user sys < "$dir/time"
   printf '%-16s wall %6.1f s  controller CPU %5.1f s  %s\n' "$name" "$wall" \
@@ -57,6 +70,20 @@ if [ "$lever" = installer ]; then
   for i in $(seq 0 $((runs - 1))); do
     one pip env.yml -- -e "$(new_env pip "${pip_pins[$i]}")"
     one uv env.yml -- -e "$(new_env uv "${uv_pins[$i]}")"
+  done
+  exit 0
+fi
+
+if [ "$lever" = commit ]; then
+  git worktree add --quiet --detach "$dir/before" "$rev" \
+    || { echo "levers.sh: git cannot check out $rev" >&2; exit 1; }
+  echo "no-op site.yml on $host with $rev ($(git -C "$dir/before" rev-parse --short HEAD)) and with this tree, $runs runs each"
+  # A settling run each: the newer code may write its files once, in its own way.
+  one "settle $rev" site.yml TREE="$dir/before" >/dev/null
+  one "settle tree" site.yml >/dev/null
+  for i in $(seq "$runs"); do
+    one "$rev" site.yml TREE="$dir/before"
+    one tree site.yml
   done
   exit 0
 fi

@@ -4,6 +4,7 @@ of an OS a role of the run cannot serve (rule os-role), issue 18 item 6."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,69 @@ def test_the_roles_first_found_picks_the_file_the_preflight_reads(tmp_path: Path
         for c in cases
     ]
     assert picked == want
+
+
+@pytest.mark.ansible
+def test_the_os_vars_role_loads_the_including_role_s_file_or_refuses_with_its_reason(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    """roles/os_vars, run by include_role from a role of its own with no facts gathered: it gathers
+    them, loads the file from the including role's vars/, and refuses with the file's reason."""
+    role = tmp_path / "roles" / "fake_role"
+    (role / "vars").mkdir(parents=True)
+    (role / "tasks").mkdir()
+    (role / "vars" / "served-default.yml").write_text("fake_role_packages: [from-served-default]\n")
+    (role / "vars" / "refused-default.yml").write_text('__fake_role_unserved: "this source has no packages here"\n')
+    tasks = [
+        {
+            "name": "Load the OS vars",
+            "ansible.builtin.include_role": {"name": "os_vars"},
+            "vars": {
+                "os_vars_source": "{{ fake_source }}",
+                "os_vars_subject": "fake_role_source {{ fake_source }}",
+                "os_vars_remedy": "Use fake_role_source: served.",
+            },
+        },
+        {
+            "name": "Write what was loaded",
+            "ansible.builtin.copy": {
+                "content": "{{ fake_role_packages | to_json }}",
+                "dest": "{{ out }}",
+                "mode": "0644",
+            },
+        },
+    ]
+    (role / "tasks" / "main.yml").write_text(yaml.safe_dump(tasks, sort_keys=False))
+    (tmp_path / "play.yml").write_text(
+        yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "roles": ["fake_role"]}], sort_keys=False)
+    )
+    env = dict(
+        venv_env,
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FILTER_PLUGINS=str(REPO / "plugins" / "filter"),
+        ANSIBLE_ROLES_PATH=f"{tmp_path / 'roles'}:{ROLES}",
+    )
+
+    def play(source: str) -> Any:
+        extra = {
+            "fake_source": source,
+            "out": str(tmp_path / f"{source}.json"),
+            "ansible_python_interpreter": sys.executable,
+        }
+        return run_tool(
+            "ansible-playbook", "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"), "-e", json.dumps(extra),
+            env=env, timeout=120,
+        )  # fmt: skip
+
+    served = play("served")
+    assert served.returncode == 0, served.stdout + served.stderr
+    assert json.loads((tmp_path / "served.json").read_text()) == ["from-served-default"]
+    refused = play("refused")
+    assert refused.returncode != 0
+    assert not (tmp_path / "refused.json").exists()
+    # The distribution and its version come from the facts the role gathered (none were).
+    assert re.search(
+        r"fake_role_source refused cannot serve localhost \(\w+ [\w.]+\): this source has no packages here\. "
+        r"Use fake_role_source: served\. Nothing was changed\.",
+        " ".join(refused.stdout.split()),
+    ), refused.stdout

@@ -123,7 +123,6 @@ def plan(module: AnsibleModule) -> list[dict[str, Any]]:
                 module.fail_json(msg=f"gpuenv_files: {path} exists and is not a directory; move it away")
             step["create"] = st is None
             step["write"] = False
-            step["before"] = ""
         else:
             content = str(entry["content"])
             before = ""
