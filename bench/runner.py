@@ -101,13 +101,27 @@ def sandbox(*args: str, env: dict[str, str] | None = None, log: Path | None = No
     return proc.stdout
 
 
+def bench_inventory(log_dir: Path, source: Path = INVENTORY) -> Path:
+    """The sandbox inventory without its host_vars: every host gets the group's stack, the one the
+    floor installs and the figures name. (The demo gives sb2 a conda environment of its own; a
+    fan-out host named sb2, started from sb1's snapshot, would build it, and its no-op would not be
+    one.) The hosts file is linked, so that it follows each `scripts/sandbox up`."""
+    inventory = log_dir / "inventory"
+    inventory.mkdir(parents=True, exist_ok=True)
+    for name in ("hosts.yml", "group_vars"):
+        link = inventory / name
+        if not link.is_symlink():
+            link.symlink_to(source / name)
+    return inventory
+
+
 def playbook(
     log_dir: Path, label: str, extra_vars: dict[str, str], limit: list[str] | None = None, *, book: Path = SITE
 ) -> dict[str, Any]:
-    """A playbook (site.yml) on the sandbox inventory with the timing callback; returns its record
-    with the wall time as measured from outside."""
+    """A playbook (site.yml) on the sandbox's hosts with the group's stack (bench_inventory) and
+    the timing callback; returns its record with the wall time as measured from outside."""
     timing = log_dir / f"{label}.timing.json"
-    argv = ["ansible-playbook", "-i", str(INVENTORY), str(book), "-e", json.dumps(extra_vars)]
+    argv = ["ansible-playbook", "-i", str(bench_inventory(log_dir)), str(book), "-e", json.dumps(extra_vars)]
     if limit:
         argv += ["--limit", ",".join(limit)]
     env = {**ansible_env(), "ANSIBLE_CALLBACKS_ENABLED": "gpuenv_timing", "GPUENV_TIMING_FILE": str(timing)}

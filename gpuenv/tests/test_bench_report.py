@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+
+from gpuenv.tests.conftest import run_tool
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
@@ -65,3 +69,34 @@ def test_the_quick_run_writes_its_own_section_after_the_full_run_s(tmp_path: Pat
     assert text.index("## Kept by hand") > text.index("## Full")
     if first == "full":
         assert text.index(harness.END) < text.index(harness.QUICK_BEGIN)
+
+
+@pytest.mark.ansible
+def test_every_bench_host_gets_the_group_s_stack(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    """The sandbox inventory gives the demo's sb2 a conda environment of its own (host_vars); the
+    bench measures one stack, the floor's, on every host: its fan-out host sb2, started from sb1's
+    snapshot, must find nothing to do."""
+    import runner  # noqa: PLC0415 - bench/ is on sys.path above
+
+    source = tmp_path / "sandbox"
+    shutil.copytree(REPO / "inventory/sandbox", source, ignore=shutil.ignore_patterns("hosts.yml"))
+    hosts = {"all": {"children": {"gpu_hosts": {"hosts": {"sb1": {}, "sb2": {}}}}}}
+    (source / "hosts.yml").write_text(yaml.safe_dump(hosts))
+
+    def host_vars(inventory: Path, host: str) -> dict[str, Any]:
+        out = run_tool("ansible-inventory", "-i", str(inventory), "--host", host, env=venv_env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        result: dict[str, Any] = json.loads(out.stdout)
+        return result
+
+    # The demo's inventory itself: sb2 differs (what the bench used before, and why it must not).
+    assert host_vars(source, "sb2").get("pytorch_env_backend") == "conda"
+    inventory = runner.bench_inventory(tmp_path / "logs", source)
+    sb1, sb2 = host_vars(inventory, "sb1"), host_vars(inventory, "sb2")
+    assert "pytorch_env_backend" not in sb2
+    assert sb2["gpu_stack"] == sb1["gpu_stack"] == yaml.safe_load(runner.STACK_FILE.read_text())["gpu_stack"]
+    # A second `scripts/sandbox up` rewrites hosts.yml: the link follows it.
+    hosts["all"]["children"]["gpu_hosts"]["hosts"]["sb3"] = {}
+    (source / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    assert runner.bench_inventory(tmp_path / "logs", source) == inventory
+    assert host_vars(inventory, "sb3")["gpu_stack"] == sb1["gpu_stack"]
