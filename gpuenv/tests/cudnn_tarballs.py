@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,11 @@ def header(version: str) -> bytes:
     ).encode()
 
 
-def make_tarball(path: Path, version: str, *, legacy: bool, extra: list[tarfile.TarInfo] | None = None) -> str:
-    """A cuDNN tarball in one of NVIDIA's two layouts; returns its sha256."""
+def make_tarball(
+    path: Path, version: str, *, legacy: bool, extra: list[tarfile.TarInfo] | None = None, blob: int = 0
+) -> str:
+    """A cuDNN tarball in one of NVIDIA's two layouts; returns its sha256. blob: the size of one more
+    library of random bytes, which no compression shrinks."""
     xyz = ".".join(version.split(".")[:3])
     major = version.split(".", maxsplit=1)[0]
     top, lib = ("cuda", "lib64") if legacy else (f"cudnn-linux-x86_64-{version}_cuda11-archive", "lib")
@@ -64,6 +68,8 @@ def make_tarball(path: Path, version: str, *, legacy: bool, extra: list[tarfile.
         add(f"{top}/{lib}/{name}.so.{xyz}", f"{name} {version}\n".encode())
         add(f"{top}/{lib}/{name}.so.{major}", link=f"{name}.so.{xyz}")
         add(f"{top}/{lib}/{name}.so", link=f"{name}.so.{major}")
+    if blob:
+        add(f"{top}/{lib}/libcudnn_blob.so.{xyz}", os.urandom(blob))
     add(f"{top}/{'NVIDIA_SLA_cuDNN_Support.txt' if legacy else 'LICENSE'}", b"license\n")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz" if legacy else "w:xz") as tar:

@@ -4,6 +4,7 @@ a full disk or a killed run leaving nothing half-done, and pruning that keeps to
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import tarfile
@@ -130,3 +131,43 @@ def test_what_a_killed_run_left_in_staging_is_removed(
     assert not left.exists()
     assert not (host["downloads"] / "unpacked" / f"{args['cudnn_sha256']}.partial").exists()
     assert (Path(os.readlink(host["link"])) / "lib/libcudnn.so.8.6.0").read_text() == "libcudnn 8.6.0.163\n"
+
+
+def test_the_tarball_is_read_once_to_unpack_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An xz tarball read at random (its member list, then each member) was decompressed twice: a
+    seek back in an xz stream starts again from its top (20 s of cuDNN 9's 600 MB here). Its bytes
+    are read twice now: once for the sha256, once to unpack."""
+    archive = tmp_path / "cudnn.tar.xz"
+    sha = make_tarball(archive, "9.1.0.70", legacy=False, blob=4 << 20)
+    read = {"bytes": 0}
+
+    class Counting(io.FileIO):
+        def readinto(self, buffer: Any) -> int | None:
+            n = super().readinto(buffer)
+            read["bytes"] += n or 0
+            return n
+
+    real_open = open
+
+    def counting_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if str(file) == str(archive) and mode == "rb":
+            return io.BufferedReader(Counting(str(file), "r"))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    monkeypatch.setattr(tarfile, "bltn_open", counting_open)
+    info = files.unpack(str(archive), sha, "9.1.0.70", str(tmp_path / "unpacked"))
+    monkeypatch.undo()
+    assert "lib/libcudnn_blob.so.9.1.0" in info["files"]
+    assert (tmp_path / "unpacked" / sha / "lib/libcudnn_blob.so.9.1.0").stat().st_size == 4 << 20
+    assert read["bytes"] <= 2.2 * archive.stat().st_size, (read["bytes"], archive.stat().st_size)
+
+
+def test_a_second_top_folder_is_refused_with_the_layout_s_message(host: dict[str, Path]) -> None:
+    other = tarfile.TarInfo("another-top/include/cudnn.h")
+    other.size = 1
+    archive = host["downloads"] / "two-tops.tar.xz"
+    sha = make_tarball(archive, "9.1.0.70", legacy=False, extra=[other])
+    with pytest.raises(files.TreeError, match="2 top folders"):
+        files.unpack(str(archive), sha, "9.1.0.70", str(host["downloads"] / "unpacked"))
+    assert not (host["downloads"] / "unpacked" / f"{sha}.partial").exists()

@@ -130,19 +130,30 @@ def _unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[st
     partial = dest + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial, mode=0o755)
-    with tarfile.open(archive, "r:*") as tar:
-        members = tar.getmembers()
-        problems = [p for m in members if (p := member_problem(member_name(m.name), _kind(m), m.linkname))]
-        if problems:
-            raise TreeError(f"{os.path.basename(archive)} is refused: {'; '.join(problems[:3])}")
-        layout = detect_layout([m.name for m in members])
-        files = []
-        for m in members:
+    # One pass over the archive, in stream mode: an xz tarball read at random (getmembers, then
+    # extractfile) is decompressed twice, since a seek back in an xz stream starts again from the
+    # top (about 20 s of a 600 MB cuDNN 9 tarball here). So each member is checked before it is
+    # written, everything under the top folder goes into raw/ first, and the layout, which needs
+    # every name, picks include/ and lib/ out of raw/ at the end. A refused member stops the unpack;
+    # unpack() removes what was written, all of it inside .partial.
+    raw = os.path.join(partial, "raw")
+    names: list[str] = []
+    kept: list[list[str]] = []
+    top = ""
+    with tarfile.open(archive, "r|*") as tar:
+        for m in tar:
+            if problem := member_problem(member_name(m.name), _kind(m), m.linkname):
+                raise TreeError(f"{os.path.basename(archive)} is refused: {problem}")
+            names.append(m.name)
+            first = member_name(m.name).split("/")[0]
+            if first not in ("", "."):
+                if top and first != top:
+                    detect_layout(names)  # refuses a second top folder before its files mix with the first's
+                top = first
             rel = member_name(m.name).split("/")[1:]
-            if len(rel) < 2 or rel[0] not in (layout["include"], layout["lib"]):
-                continue  # the license and notes stay in the tarball
-            where = ["include" if rel[0] == layout["include"] else "lib", *rel[1:]]
-            path = os.path.join(partial, *where)
+            if len(rel) < 2:
+                continue  # the license and notes beside include/ and lib/ stay in the tarball
+            path = os.path.join(raw, *rel)
             os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
             if m.isdir():
                 os.makedirs(path, mode=0o755, exist_ok=True)
@@ -157,7 +168,16 @@ def _unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[st
                     shutil.copyfileobj(src, out, 1 << 20)
                 # a+r, go-w: NVIDIA's chmod a+r, and nobody but root changes what the loader loads.
                 os.chmod(path, (m.mode | 0o444) & 0o755)
-            files.append("/".join(where))
+            kept.append(rel)
+    layout = detect_layout(names)
+    for folder, name in ((layout["include"], "include"), (layout["lib"], "lib")):
+        os.rename(os.path.join(raw, folder), os.path.join(partial, name))
+    shutil.rmtree(raw)
+    files = [
+        "/".join(["include" if rel[0] == layout["include"] else "lib", *rel[1:]])
+        for rel in kept
+        if rel[0] in (layout["include"], layout["lib"])
+    ]
     found = header_version(partial)
     want = ".".join(version.split(".")[:3])
     if found != want:
