@@ -43,12 +43,12 @@ def say(message: str) -> None:
     print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
-def stack_plan() -> dict[str, Any]:
-    """The sandbox stack, resolved by check-spec, and the environment's pinned requirements as the
-    pytorch_env role computes them: the floor installs exactly these."""
-    result = check_file(STACK_FILE)
+def stack_plan(stack_file: Path = STACK_FILE) -> dict[str, Any]:
+    """A stack file's stack (the sandbox's by default), resolved by check-spec, and the environment's
+    pinned requirements as the pytorch_env role computes them: the floor installs exactly these."""
+    result = check_file(stack_file)
     if result["verdict"] == "invalid" or result["exit_code"] == 1:
-        raise BenchError(f"{STACK_FILE} does not check: run gpuenv check-spec {STACK_FILE}")
+        raise BenchError(f"{stack_file} does not check: run gpuenv check-spec {stack_file}")
     stack = result["stack"]
     plan = envplan.plan(
         torch=stack["torch"],
@@ -61,7 +61,7 @@ def stack_plan() -> dict[str, Any]:
         backend="venv-pip",
     )
     if not plan["from_pypi"]:
-        raise BenchError("the floor installs torch from PyPI; the sandbox stack must use PyPI's default build")
+        raise BenchError(f"the floor installs torch from PyPI; the stack of {stack_file} must use PyPI's default build")
     return {"stack": stack, "requirements": plan["requirements"]}
 
 

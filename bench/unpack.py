@@ -12,7 +12,6 @@ prints its wall time; the figures go into docs/benchmarks.md's "What each change
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import re
 import shutil
@@ -59,11 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             ).stdout
         )  # fmt: skip
         codes = {args.rev: _load("before", old), "this tree": _load("after", ROOT / MODULE)}
-        h = hashlib.sha256()
-        with args.archive.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        sha = h.hexdigest()
+        sha = codes["this tree"].sha256_of(str(args.archive))
         times: dict[str, list[float]] = {name: [] for name in codes}
         for i in range(args.runs):
             for name, code in codes.items():

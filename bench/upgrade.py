@@ -28,10 +28,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from runner import ROOT, BenchError  # bench/ is not a package: its modules import each other by name
-
-from gpuenv import envplan
-from gpuenv.checkspec import check_file
+from runner import ROOT, BenchError, stack_plan  # bench/ is not a package: its modules import each other by name
 
 # TMPDIR: the sandbox host's /tmp is a 2.4 GB tmpfs, too small for pip's unpacked wheels (gpuenv
 # builds in pytorch_env_tmpdir, on the environments' disk).
@@ -99,17 +96,8 @@ def _bench(args: argparse.Namespace) -> int:
     new = {k: v for k, v in old.items() if k != "profile"} | {"torch": args.torch}
     stack_file = logs / "stack.yml"
     stack_file.write_text(yaml.safe_dump({"gpu_stack": new}))
-    result = check_file(stack_file)
-    if result["exit_code"] == 1 or result["verdict"] == "invalid":
-        raise BenchError(f"the new stack does not check: gpuenv check-spec {stack_file}")
-    stack = result["stack"]
-    plan = envplan.plan(
-        torch=stack["torch"], variant=stack["torch_variant"], python=stack["python"], packages=stack["packages"],
-        companions="auto", index_template="https://download.pytorch.org/whl/{variant}", pypi_url="",
-        backend="venv-pip",
-    )  # fmt: skip
-    if not plan["from_pypi"]:
-        raise BenchError(f"torch {args.torch} is not PyPI's default build; the floor installs from PyPI")
+    plan = stack_plan(stack_file)
+    stack = plan["stack"]
     index = _host_var(args.inventory, args.host, "pytorch_env_pypi_url")
     print(f"a torch-only upgrade on {args.host}: {old['torch']} -> {stack['torch']} ({' '.join(plan['requirements'])})")
     before = _envs(args.inventory, args.host, logs / "envs-before.log")

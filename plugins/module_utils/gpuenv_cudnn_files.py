@@ -142,15 +142,15 @@ def _unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[st
     top = ""
     with tarfile.open(archive, "r|*") as tar:
         for m in tar:
-            if problem := member_problem(member_name(m.name), _kind(m), m.linkname):
+            name = member_name(m.name)
+            if problem := member_problem(name, _kind(m), m.linkname):
                 raise TreeError(f"{os.path.basename(archive)} is refused: {problem}")
             names.append(m.name)
-            first = member_name(m.name).split("/")[0]
+            first, *rel = name.split("/")
             if first not in ("", "."):
                 if top and first != top:
                     detect_layout(names)  # refuses a second top folder before its files mix with the first's
                 top = first
-            rel = member_name(m.name).split("/")[1:]
             if len(rel) < 2:
                 continue  # the license and notes beside include/ and lib/ stay in the tarball
             path = os.path.join(raw, *rel)
