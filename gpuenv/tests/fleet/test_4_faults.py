@@ -35,6 +35,11 @@ STACK_D = {**BASE_STACK, "cuda": "12.4.1", "packages": ["einops==0.8.1", "six==1
 # K without cuDNN, for the link faults on sb2: the CUDA 11.8 archives and the environment are the
 # downloads a fault must meet; cuDNN's 700 MB tarball would add a minute and test no other path.
 STACK_N = {**STACK_K, "cudnn": "none"}
+# The installer at work on a new environment: uv (the default) resolving or syncing, or pip's
+# install. The bracket keeps the pattern from matching a shell that carries it.
+INSTALLING = (
+    "pgrep -f 'envs/.store/default-[^ ]*/bin/python -m [p]ip install|[u]v pip (compile|sync) .*envs/.store/default-'"
+)
 HEADER = "grep -h -E '^#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' /usr/local/cuda/include/cudnn_version.h"
 
 
@@ -133,9 +138,7 @@ def killed_mid_change_leaves_the_active_stack_whole(site: Site) -> None:
     assert active("sb1") == before
     # 3. During the environment's install.
     run = site.start("site.yml", "--limit", "sb1")
-    assert wait_for("sb1", "pgrep -f 'envs/.store/default-.*/bin/python -m pip install'", 900), (
-        site.root / "background.log"
-    ).read_text()[-3000:]
+    assert wait_for("sb1", INSTALLING, 900), (site.root / "background.log").read_text()[-3000:]
     kill_run(run, "sb1")
     # The CUDA stage had finished (its default moved once the tree had its cuDNN): the new toolkit
     # serves, whole, and the environment in use is still the old one, whole.
@@ -181,15 +184,17 @@ def mirror_out_of_reach_is_named_and_slow_or_cut_links_converge(site: Site) -> N
         faults.restore("sb2")
     assert slow.returncode == 0, slow.stdout[-4000:]
     assert link("sb2", "/usr/local/cuda") == "/usr/local/cuda-11.8"
-    # The link cut for seconds while pip downloads the environment's packages (slowed, so that the
-    # cut lands in the download): pip tries again, and the run goes on.
+    # The link cut for seconds while uv downloads the environment's packages (slowed, and uv's cache
+    # emptied, so that the cut lands in torch's download): the run goes on and converges.
+    assert ssh("sb2", "rm -rf /var/cache/gpuenv/uv").returncode == 0
     faults.slow("sb2", "16mbit")
     run = site.start("env.yml", "--limit", "sb2")
     try:
-        assert wait_for("sb2", "pgrep -f 'envs/.store/default-.*/bin/python -m pip install'", 900)
+        assert wait_for("sb2", INSTALLING, 900)
         subprocess.run(["sleep", "5"], check=True)  # noqa: S607
         faults.cut("sb2")
-        # Longer than pip's 15 s socket timeout, shorter than SSH's minute of keep-alives.
+        # Shorter than uv's 30 s read timeout (its reads wait the cut out; pip's 15 s one ends in a
+        # retry) and than SSH's minute of keep-alives.
         subprocess.run(["sleep", "20"], check=True)  # noqa: S607
     finally:
         faults.restore("sb2")
@@ -253,9 +258,7 @@ def test_a_host_powered_off_mid_rollout_stops_it_and_a_second_run_finishes(site:
     untouched = (link("sb4", "/usr/local/cuda"), link("sb4", "/opt/gpuenv/envs/default"))
     run = site.start("upgrade.yml", "--limit", "sb3,sb4")
     # sb3 builds the new environment in its batch: power it off then.
-    assert wait_for("sb3", "pgrep -f 'envs/.store/default-.*/bin/python -m pip install'", 1200), (
-        site.root / "background.log"
-    ).read_text()[-3000:]
+    assert wait_for("sb3", INSTALLING, 1200), (site.root / "background.log").read_text()[-3000:]
     faults.stop("sb3")
     try:
         assert run.wait(timeout=1800) != 0
