@@ -20,7 +20,9 @@ import yaml
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("preflight", ("Preflight of the declared GPU stack", "Record the checked stack on each host")),
     ("driver", ("Install the NVIDIA driver", "Install the GPU services")),
-    ("cuda", ("Install the CUDA toolkit and cuDNN",)),
+    # The CUDA stage's two plays; site.yml runs the environment's between them (cuDNN's unpack in the
+    # background), so its time is the sum of the two.
+    ("cuda", ("Install the CUDA toolkit and cuDNN", "Finish the CUDA stage")),
     ("env", ("Build the PyTorch environment",)),
     ("verify", ("Verify each host", "Write the fleet report")),
 )

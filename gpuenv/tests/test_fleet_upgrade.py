@@ -138,12 +138,15 @@ def test_a_rollout_runs_site_yml_s_steps_in_its_order() -> None:
         ("gpu_services", "main"),
         ("cuda_toolkit", "main"),
         ("cudnn", "main"),
-        ("cuda_toolkit", "environment"),
         ("pytorch_env", "main"),
+        ("cudnn", "join"),
+        ("cuda_toolkit", "environment"),
         ("gpu_verify", "main"),
     ]
     assert steps[3]["vars"] == {"cuda_toolkit_switch_default": False}
-    assert steps[3]["file"] == "playbooks/cuda.yml"
+    assert steps[3]["file"] == steps[4]["file"] == "playbooks/cuda_build.yml"
+    assert steps[4]["vars"] == {"cudnn_background": True}
+    assert steps[6]["file"] == "playbooks/cuda_finish.yml"
 
 
 def _stage_vars() -> dict[str, Any]:

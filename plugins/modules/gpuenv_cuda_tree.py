@@ -107,6 +107,10 @@ EXAMPLES = r"""
     cudnn_version: 8.6.0.163
 """
 RETURN = r"""
+link:
+  description: The link the result is about (its I(link)), so that a result fetched later by
+    async_status still names its tree.
+  type: str
 tree:
   description: The tree the link points at now.
   type: str
@@ -185,6 +189,7 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
         return {
             "changed": True,
             "needed": True,
+            "link": p["link"],
             "mode": "link",
             "tree": None,
             "previous": None,
@@ -203,6 +208,7 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
         changed = want["current"] != want["tree"] or not complete(want["tree"], want["base"], info)
     result: dict[str, Any] = {
         "changed": changed,
+        "link": link,
         "tree": want["tree"],
         "previous": want["current"],
         "base": want["base"],
