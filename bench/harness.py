@@ -156,6 +156,22 @@ def plan_for(quick: bool) -> dict[str, Any]:
     }
 
 
+def settings_for(quick: bool, only: str | None = None, pairs: int | None = None) -> dict[str, Any]:
+    """The run's plan with the command line's choices: the phases --only names (in their order),
+    and --pairs fresh-host pairs (one full-mode pair takes about 8 minutes here, three 25)."""
+    bench = plan_for(quick)
+    if only:
+        unknown = set(only.split(",")) - set(PHASES)
+        if unknown:
+            raise BenchError(f"unknown phase(s) {', '.join(sorted(unknown))}; phases: {', '.join(PHASES)}")
+        bench["phases"] = [p for p in PHASES if p in only.split(",")]
+    if pairs is not None:
+        if pairs < 1:
+            raise BenchError(f"--pairs {pairs}: measure at least one pair (a fresh host each for gpuenv and the floor)")
+        bench["pairs"] = pairs
+    return bench
+
+
 def run(settings: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     if os.geteuid() != 0:
         raise BenchError("the benchmarks boot sandbox hosts, which needs root: run bench/run as root")
@@ -271,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", help=f"comma-separated phases to run (of {','.join(PHASES)}); noop, verify and fanout need pairs"
     )
+    parser.add_argument(
+        "--pairs", type=int, help="fresh-host pairs to measure (default: 3 for the full run, 1 for --quick)"
+    )
     parser.add_argument("--out", type=Path, help="where results go (default: docs/ for the full run)")
     parser.add_argument(
         "--report-only",
@@ -288,12 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             quick = results["plan"]["mode"] == "quick"
             write_outputs(results, args.out or (QUICK_DIR if quick else DOCS_DIR))
             return 0
-        bench = plan_for(args.quick)
-        if args.only:
-            unknown = set(args.only.split(",")) - set(PHASES)
-            if unknown:
-                raise BenchError(f"unknown phase(s) {', '.join(sorted(unknown))}; phases: {', '.join(PHASES)}")
-            bench["phases"] = [p for p in PHASES if p in args.only.split(",")]
+        bench = settings_for(args.quick, args.only, args.pairs)
         out = args.out or (QUICK_DIR if args.quick else DOCS_DIR)
         run(bench, out)
     except BenchError as exc:

@@ -100,3 +100,16 @@ def test_every_bench_host_gets_the_group_s_stack(tmp_path: Path, venv_env: dict[
     (source / "hosts.yml").write_text(yaml.safe_dump(hosts))
     assert runner.bench_inventory(tmp_path / "logs", source) == inventory
     assert host_vars(inventory, "sb3")["gpu_stack"] == sb1["gpu_stack"]
+
+
+def test_the_command_line_picks_the_phases_and_the_pairs() -> None:
+    # One full-mode pair is what a session can afford (about 8 minutes against 25 for three).
+    one = harness.settings_for(False, "pairs", 1)
+    assert (one["mode"], one["driver_mode"], one["pairs"], one["phases"]) == ("full", "full", 1, ["pairs"])
+    assert harness.settings_for(False)["pairs"] == 3
+    assert harness.settings_for(True)["pairs"] == 1
+    assert harness.settings_for(True, "noop,pairs")["phases"] == ["pairs", "noop"]  # the run's order
+    with pytest.raises(harness.BenchError, match="--pairs 0: measure at least one pair"):
+        harness.settings_for(False, None, 0)
+    with pytest.raises(harness.BenchError, match="unknown phase"):
+        harness.settings_for(False, "pairs,warp")
