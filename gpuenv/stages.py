@@ -18,13 +18,20 @@ from typing import Any
 import yaml
 
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("preflight", ("Preflight of the declared GPU stack", "Record the checked stack on each host")),
+    (
+        "preflight",
+        (
+            "Preflight of the declared GPU stack",
+            "Compare each host with its last complete run",
+            "Record the checked stack on each host",
+        ),
+    ),
     ("driver", ("Install the NVIDIA driver", "Install the GPU services")),
     # The CUDA stage's two plays; site.yml runs the environment's between them (cuDNN's unpack in the
     # background), so its time is the sum of the two.
     ("cuda", ("Install the CUDA toolkit and cuDNN", "Finish the CUDA stage")),
     ("env", ("Build the PyTorch environment",)),
-    ("verify", ("Verify each host", "Write the fleet report")),
+    ("verify", ("Verify each host", "Write the fleet report", "Stamp each verified host for the next run")),
 )
 
 _BY_PLAY = {play: stage for stage, plays in STAGES for play in plays}
@@ -67,6 +74,11 @@ _HOSTS = "gpu_hosts"
 _CONTROLLER = "localhost"
 # The preflight's role: the rollout has run it for the whole fleet before the first batch.
 _PREFLIGHT_ROLE = "gpu_stack"
+# The role that lets site.yml skip a host as its last complete run left it: a rollout runs every
+# stage in full, so it neither compares nor stamps (the next site.yml run stamps), and the stage
+# plays' first tasks that skip such a host (their `when` reads this result) are not its steps.
+_CONVERGED_ROLE = "converged"
+_CONVERGED_RESULT = "converged_register_check"
 
 
 def stage_steps(playbooks_dir: str | Path, carried: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -138,11 +150,14 @@ def _play_steps(play: dict[str, Any], where: str) -> list[dict[str, Any]]:
     if [step["role"] for step in roles] == [_PREFLIGHT_ROLE]:
         return []  # the preflight itself: a rollout runs it for the fleet before the first batch
     for task in play.get("pre_tasks") or []:
-        if not _is_preflight_guard(task):
+        if not (_is_preflight_guard(task) or _is_converged_guard(task)):
             raise StagesError(
-                f"{title} has a pre_task {task.get('name', task)!r}; only the preflight's guard is allowed there"
+                f"{title} has a pre_task {task.get('name', task)!r}; only the preflight's guard and the skip of a"
+                " host as its last complete run left it are allowed there"
             )
     steps = roles + [_task_step(task, title) for task in play.get("tasks") or []]
+    if steps and all(step["role"] == _CONVERGED_ROLE for step in steps):
+        return []
     for step in steps:
         if step["role"] == _PREFLIGHT_ROLE:
             raise StagesError(
@@ -171,6 +186,10 @@ def _include(task: dict[str, Any]) -> dict[str, Any] | None:
 def _is_preflight_guard(task: dict[str, Any]) -> bool:
     args = _include(task)
     return args is not None and args.get("name") == _PREFLIGHT_ROLE
+
+
+def _is_converged_guard(task: dict[str, Any]) -> bool:
+    return _CONVERGED_RESULT in str(task.get("when", ""))
 
 
 def _task_step(task: dict[str, Any], title: str) -> dict[str, Any]:

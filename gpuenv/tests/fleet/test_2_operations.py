@@ -89,3 +89,39 @@ def test_onboarding_writes_nothing_through_links_a_member_planted(site: Site) ->
             assert "gpuenv" not in ssh("sb1", f"id -nG {user}").stdout.split()
     finally:
         ssh("sb1", "userdel -r mallory; userdel -r trudy")
+
+
+def test_a_rerun_skips_the_stages_of_a_host_nothing_changed_and_runs_them_after_a_change(site: Site) -> None:
+    """site.yml's stamp (roles/converged, issue 19): the run after a complete one verifies and skips
+    every stage but the driver's read of its branch; a file a stage placed, removed by hand, makes
+    the next run run the stages and put it back."""
+    site.declare(STACK_C)
+    stage_task = "TASK [cuda_toolkit : "
+    first = site.play("site.yml", "--limit", "sb1")
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert stage_task in first.stdout  # no stamp of this stack yet: upgrade.yml does not stamp
+    again = site.play("site.yml", "--limit", "sb1")
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert recap(again.stdout)["sb1"]["changed"] == 0
+    for skipped in (
+        stage_task,
+        "TASK [cudnn : ",
+        "TASK [pytorch_env : ",
+        "TASK [gpu_services : ",
+        "TASK [stack_record : ",
+    ):
+        assert skipped not in again.stdout, skipped
+    assert "TASK [nvidia_driver : Ask apt which driver versions it offers]" in again.stdout  # the branch "535"
+    assert "TASK [nvidia_driver : Install" not in again.stdout
+    assert "TASK [gpu_verify : Run gpuenv verify]" in again.stdout
+    assert json.loads((site.reports / "verify/sb1.json").read_text())["exit_code"] == 0
+
+    assert ssh("sb1", "rm /etc/profile.d/gpuenv-cuda.sh").returncode == 0
+    repaired = site.play("site.yml", "--limit", "sb1")
+    assert repaired.returncode == 0, repaired.stdout[-4000:]
+    assert stage_task in repaired.stdout
+    assert recap(repaired.stdout)["sb1"]["changed"] >= 1
+    assert ssh("sb1", "test -s /etc/profile.d/gpuenv-cuda.sh").returncode == 0
+    last = site.play("site.yml", "--limit", "sb1")
+    assert last.returncode == 0, last.stdout[-4000:]
+    assert stage_task not in last.stdout

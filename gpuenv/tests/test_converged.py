@@ -1,0 +1,380 @@
+"""A re-run of site.yml skips the stages on a host as its last complete run left it (issue 19, the
+10-second no-op): the gpuenv_converged module's fingerprints and stamp, the controller's digest of
+a run's inputs (plugins/filter/gpuenv_digest.py), the role and its plays in site.yml, and the
+rollout, which runs every stage whatever the stamp says. The sandbox test is in
+gpuenv/tests/fleet/test_2_operations.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuenv.stages import stage_steps
+from gpuenv.tests.conftest import REPO, load_plugin, run_tool
+
+mod = load_plugin("plugins/modules/gpuenv_converged.py")
+# What a rollout gives the stage roles (roles/fleet_upgrade/vars/main.yml), for stage_steps.
+STAGE_VARS = yaml.safe_load((REPO / "roles/fleet_upgrade/vars/main.yml").read_text())["fleet_upgrade_stage_vars"]
+filters = load_plugin("plugins/filter/gpuenv_digest.py")
+
+
+def no_systemctl(args: list[str]) -> tuple[int, str, str]:
+    raise AssertionError(f"no command expected: {args}")
+
+
+def params(tmp: Path, **over: Any) -> dict[str, Any]:
+    p: dict[str, Any] = {
+        "state": "check",
+        "path": str(tmp / "state/converged.json"),
+        "inputs": "digest-1",
+        "watch": [str(tmp / "etc")],
+        "walk": [str(tmp / "trees")],
+        "read": [str(tmp / "version")],
+        "units": [],
+        "pending": [str(tmp / "run/reboot-required")],
+        "skip": True,
+    }
+    return {**p, **over}
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Path:
+    (tmp_path / "etc/profile.d").mkdir(parents=True)
+    (tmp_path / "etc/cuda.sh").write_text("export PATH=/usr/local/cuda/bin:$PATH\n")
+    lib = tmp_path / "trees/12.4.1/lib"
+    lib.mkdir(parents=True)
+    (lib / "libcudnn.so.9.1.0").write_bytes(b"\0" * 64)
+    (lib / "libcudnn.so.9").symlink_to("libcudnn.so.9.1.0")
+    (tmp_path / "version").write_text("535.216.01\n")
+    return tmp_path
+
+
+def check(tmp: Path, **over: Any) -> dict[str, Any]:
+    return mod.run(params(tmp, **over), False, None, no_systemctl)
+
+
+def stamp(tmp: Path, **over: Any) -> dict[str, Any]:
+    return mod.run(params(tmp, state="stamp", **over), False, None, no_systemctl)
+
+
+def test_a_host_without_a_stamp_runs_every_stage_and_a_stamped_one_is_converged(host: Path) -> None:
+    first = check(host)
+    assert (first["converged"], first["cleared"], first["changed"]) == (False, False, False)
+    assert first["why"].startswith("no stamp of a complete run")
+    written = stamp(host)
+    assert (written["stamped"], written["changed"]) == (True, False)
+    assert json.loads((host / "state/converged.json").read_text())["inputs"] == "digest-1"
+    again = check(host)
+    assert (again["converged"], again["differs"]) == (True, [])
+    assert stamp(host)["stamped"] is False  # the same stamp is not rewritten
+
+
+@pytest.mark.parametrize(
+    ("change", "place"),
+    [
+        # Each a change a stage would act on: a library gone, a link moved, a file's mode or content
+        # (size, time), a file added where the loader looks, the loaded driver's version.
+        (lambda h: (h / "trees/12.4.1/lib/libcudnn.so.9.1.0").unlink(), "walk:{h}/trees"),
+        (lambda h: _relink(h / "trees/12.4.1/lib/libcudnn.so.9", "libcudnn.so.8"), "walk:{h}/trees"),
+        (lambda h: (h / "trees/12.4.1/lib/libcudnn.so.9.1.0").chmod(0o600), "walk:{h}/trees"),
+        (lambda h: (h / "trees/12.4.1/lib/libcudnn.so.9.1.0").write_bytes(b"\0" * 65), "walk:{h}/trees"),
+        (lambda h: os.utime(h / "trees/12.4.1/lib/libcudnn.so.9.1.0", ns=(1, 1)), "walk:{h}/trees"),
+        (lambda h: (h / "trees/12.4.1/lib/extra.so").write_bytes(b""), "walk:{h}/trees"),
+        (lambda h: (h / "trees/12.4.1/lib").rename(h / "trees/12.4.1/lib64"), "walk:{h}/trees"),
+        (lambda h: (h / "etc/cuda.sh").write_text("export PATH=/usr/local/cuda-11.8/bin:$PATH\n"), "watch:{h}/etc"),
+        (lambda h: (h / "etc/cuda.sh").unlink(), "watch:{h}/etc"),
+        (lambda h: (h / "etc/ld.conf").write_text("/opt\n"), "watch:{h}/etc"),
+        (lambda h: (h / "version").write_text("550.163.01\n"), "read:{h}/version"),
+        (lambda h: (h / "version").unlink(), "read:{h}/version"),
+    ],
+    ids=[
+        "file-gone",
+        "link-moved",
+        "mode",
+        "size",
+        "mtime",
+        "file-added",
+        "dir-renamed",
+        "watched-file",
+        "watched-file-gone",
+        "watched-file-added",
+        "read-content",
+        "read-gone",
+    ],
+)
+def test_a_change_where_a_stage_writes_runs_every_stage_and_clears_the_stamp(
+    host: Path, change: Any, place: str
+) -> None:
+    stamp(host)
+    change(host)
+    result = check(host)
+    assert result["converged"] is False
+    assert result["differs"] == [place.format(h=host)]
+    assert result["cleared"] is True
+    assert not (host / "state/converged.json").exists()  # a run that stops half-way leaves none
+    assert f"changed on the host since: {place.format(h=host).split(':', 1)[1]}" in result["why"]
+    assert check(host)["why"].startswith("no stamp")
+
+
+def _relink(link: Path, target: str) -> None:
+    link.unlink()
+    link.symlink_to(target)
+
+
+def test_what_python_and_the_kernel_write_on_their_own_does_not_count(host: Path) -> None:
+    stamp(host)
+    # Python's bytecode caches (written by an import, as verify's), a directory's own time, and a
+    # change deeper than a watched directory's first level.
+    cache = host / "trees/12.4.1/lib/__pycache__"
+    cache.mkdir()
+    (cache / "x.cpython-311.pyc").write_bytes(b"1")
+    os.utime(host / "trees/12.4.1", ns=(5, 5))
+    (host / "etc/profile.d/other.sh").write_text("true\n")
+    assert check(host)["converged"] is True
+
+
+def test_the_inputs_a_pending_reboot_and_converged_skip_each_run_every_stage(host: Path) -> None:
+    stamp(host)
+    result = check(host, inputs="digest-2")
+    assert (result["converged"], result["differs"]) == (False, ["inputs"])
+    assert result["why"] == "the declared settings or gpuenv's code changed: every stage runs"
+
+    stamp(host)
+    assert check(host, skip=False)["why"] == "converged_skip is false: every stage runs"
+    assert not (host / "state/converged.json").exists()
+
+    stamp(host)
+    (host / "run").mkdir()
+    (host / "run/reboot-required").write_text("")
+    result = check(host)
+    assert result["converged"] is False
+    assert "run/reboot-required says the last run left work for the next" in result["why"]
+    refused = stamp(host)
+    assert (refused["stamped"], refused["converged"]) == (False, False)
+    assert refused["why"].startswith("not stamped: ")
+    assert not (host / "state/converged.json").exists()
+
+
+def test_check_mode_reads_and_removes_nothing(host: Path) -> None:
+    stamp(host)
+    (host / "etc/cuda.sh").unlink()
+    result = mod.run(params(host), True, None, no_systemctl)
+    assert (result["converged"], result["cleared"]) == (False, False)
+    assert (host / "state/converged.json").exists()
+    assert mod.run(params(host, state="stamp", inputs="x"), True, None, no_systemctl)["stamped"] is False
+    assert json.loads((host / "state/converged.json").read_text())["inputs"] == "digest-1"
+
+
+def test_a_stamp_of_another_format_or_unreadable_is_no_stamp(host: Path) -> None:
+    (host / "state").mkdir()
+    for body in ("{", '{"format": 0, "inputs": "digest-1"}', "[]"):
+        (host / "state/converged.json").write_text(body)
+        assert check(host)["why"].startswith("no stamp")
+
+
+def test_a_daemon_stopped_since_runs_every_stage(host: Path) -> None:
+    states = {"nvidia-persistenced": "active"}
+    calls: list[list[str]] = []
+
+    def systemctl(args: list[str]) -> tuple[int, str, str]:
+        calls.append(args)
+        return (
+            (0 if all(states.get(u) == "active" for u in args[3:]) else 3),
+            "\n".join(states.get(u, "inactive") for u in args[3:]) + "\n",
+            "",
+        )
+
+    units = ["nvidia-persistenced", "nvidia-fabricmanager"]
+    mod.run(params(host, state="stamp", units=units), False, "/bin/systemctl", systemctl)
+    assert mod.run(params(host, units=units), False, "/bin/systemctl", systemctl)["converged"] is True
+    states["nvidia-persistenced"] = "failed"
+    result = mod.run(params(host, units=units), False, "/bin/systemctl", systemctl)
+    assert (result["converged"], result["differs"]) == (False, ["units"])
+    assert calls[0] == ["/bin/systemctl", "is-active", "--", *units]
+    # Without systemd the units cannot be read, and count as such.
+    assert mod.units_fingerprint(units, None, no_systemctl) == "no systemctl"
+
+
+def test_globs_read_each_match_and_a_new_match_counts(host: Path) -> None:
+    (host / "modules/6.1.0-18-amd64/updates").mkdir(parents=True)
+    over = {"walk": [str(host / "modules/*/updates")]}
+    stamp(host, **over)
+    assert check(host, **over)["converged"] is True
+    (host / "modules/6.1.0-21-amd64/updates").mkdir(parents=True)
+    result = check(host, **over)
+    assert result["differs"] == [f"walk:{host}/modules/6.1.0-21-amd64/updates"]
+
+
+def test_the_real_module_runs_as_ansible_runs_it(host: Path, venv_env: dict[str, str]) -> None:
+    out = run_tool(
+        "ansible",
+        "localhost",
+        "-c",
+        "local",
+        "-i",
+        "localhost,",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-m",
+        "gpuenv_converged",
+        "-a",
+        json.dumps(params(host, state="stamp", units=["gpuenv-test-absent"])),
+        env=venv_env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads((host / "state/converged.json").read_text())["format"] == mod.FORMAT
+
+
+# The controller's digest of a run's inputs.
+
+
+def test_the_code_digest_follows_gpuenv_s_code_and_not_its_tests_or_caches(tmp_path: Path) -> None:
+    for d in ("roles/x/defaults", "plugins/modules", "playbooks", "gpuenv/tests", "gpuenv/__pycache__"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "roles/x/defaults/main.yml").write_text("x_a: 1\n")
+    (tmp_path / "gpuenv/tests/test_x.py").write_text("")
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    first = filters.gpuenv_code_digest(str(tmp_path))
+    (tmp_path / "gpuenv/tests/test_x.py").write_text("assert 1\n")
+    (tmp_path / "gpuenv/__pycache__/m.cpython-311.pyc").write_bytes(b"1")
+    (tmp_path / "README.md").write_text("docs\n")
+    assert filters.gpuenv_code_digest(str(tmp_path)) == first
+    (tmp_path / "roles/x/defaults/main.yml").write_text("x_a: 2\n")
+    second = filters.gpuenv_code_digest(str(tmp_path))
+    assert second != first
+    (tmp_path / "roles/x/defaults/main.yml").rename(tmp_path / "roles/x/defaults/other.yml")
+    assert filters.gpuenv_code_digest(str(tmp_path)) != second  # a file's name counts too
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nforks = 5\n")
+    assert len({first, second, filters.gpuenv_code_digest(str(tmp_path))}) == 3
+
+
+def test_every_setting_of_a_stage_role_counts_as_an_input() -> None:
+    roles = yaml.safe_load((REPO / "roles/converged/defaults/main.yml").read_text())["converged_roles"]
+    names = set(filters.gpuenv_role_options(str(REPO / "roles"), roles))
+    site_roles = {step["role"] for step in stage_steps(REPO / "playbooks", STAGE_VARS)}
+    assert site_roles <= set(roles)  # every role site.yml runs on a host
+    for role in roles:
+        defaults = yaml.safe_load((REPO / f"roles/{role}/defaults/main.yml").read_text()) or {}
+        assert set(defaults) <= names, (role, set(defaults) - names)
+    assert {"nvidia_driver_mode", "pytorch_env_installer", "cudnn_background"} <= names
+    assert filters.gpuenv_digest({"b": [1], "a": None}) == filters.gpuenv_digest({"a": None, "b": [1]})
+    assert filters.gpuenv_digest({"a": 1}) != filters.gpuenv_digest({"a": "1"})
+
+
+PLAYBOOK = """
+- name: Compare each host with its last complete run
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: converged
+- name: A stage
+  hosts: all
+  gather_facts: false
+  pre_tasks:
+    - name: Skip this stage on a host as its last complete run left it
+      ansible.builtin.meta: end_host
+      when: converged_register_check.converged | default(false)
+  tasks:
+    - name: The stage's work
+      ansible.builtin.debug:
+        msg: STAGE-RAN {{ inventory_hostname }}
+- name: Stamp
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Stamp the host as this run left it
+      ansible.builtin.include_role:
+        name: converged
+        tasks_from: stamp.yml
+"""
+
+
+def test_the_role_skips_a_stage_on_the_second_run_and_not_after_a_change(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    """The plays as site.yml has them, on two local hosts: the inputs digested by the role's own
+    tasks (the settings read through the vars lookup), a stage skipped by its guard."""
+    (tmp_path / "site.yml").write_text(PLAYBOOK)
+    (tmp_path / "tree").mkdir()
+    hosts = {}
+    for h in ("h1", "h2"):
+        hosts[h] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "converged_stamp": str(tmp_path / f"{h}.json"),
+            "converged_watch": [],
+            "converged_walk": [str(tmp_path / "tree")],
+            "converged_read": [],
+            "converged_units": [],
+            "converged_pending": [],
+            "gpu_stack_resolved": {"driver": "535"},
+            "pytorch_env_installer": "uv",
+        }
+    inventory = tmp_path / "hosts.yml"
+
+    def play(*extra: str) -> str:
+        inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+        out = run_tool(
+            "ansible-playbook", "-i", str(inventory), str(tmp_path / "site.yml"), *extra, env=venv_env, timeout=300
+        )
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+        return out.stdout
+
+    def ran(stdout: str) -> set[str]:
+        return {h for h in hosts if f"STAGE-RAN {h}" in stdout}
+
+    assert ran(play()) == {"h1", "h2"}  # no stamps yet
+    assert ran(play()) == set()
+    hosts["h2"]["pytorch_env_installer"] = "pip"  # a setting of a stage role
+    assert ran(play()) == {"h2"}
+    (tmp_path / "tree/new").write_text("")  # a change on the hosts
+    assert ran(play()) == {"h1", "h2"}
+    assert ran(play("-e", "converged_skip=false")) == {"h1", "h2"}
+    assert ran(play("--tags", "all,never")) == set()  # stamped by the run before
+    shutil.rmtree(tmp_path / "tree")
+    assert ran(play("--skip-tags", "nothing")) == {"h1", "h2"}  # a partial run stamps nothing
+    assert ran(play()) == {"h1", "h2"}
+    assert ran(play()) == set()
+
+
+# site.yml and the rollout.
+
+
+def _plays() -> list[dict[str, Any]]:
+    plays: list[dict[str, Any]] = []
+    for entry in yaml.safe_load((REPO / "playbooks/site.yml").read_text()):
+        plays += yaml.safe_load((REPO / "playbooks" / entry["ansible.builtin.import_playbook"]).read_text())
+    return plays
+
+
+def test_site_yml_compares_after_the_preflight_skips_each_stage_and_verifies_and_stamps_every_host() -> None:
+    plays = _plays()
+    names = [p.get("name") or p.get("ansible.builtin.import_playbook") for p in plays]
+    assert names[:3] == [
+        "Preflight of the declared GPU stack",
+        "Compare each host with its last complete run",
+        "Record the checked stack on each host",
+    ]
+    assert names[-1] == "Stamp each verified host for the next run"
+    check_at = names.index("Compare each host with its last complete run")
+    verify_at = names.index("Verify each host")
+    for play in plays[check_at + 1 : verify_at]:
+        guards = [t for t in play.get("pre_tasks") or [] if t.get("ansible.builtin.meta") == "end_host"]
+        assert len(guards) == 1, play["name"]
+        assert "converged_register_check.converged" in guards[0]["when"]
+        assert guards[0]["tags"] == ["always"]
+    assert not any("converged" in json.dumps(t) for t in plays[verify_at].get("pre_tasks") or [])
+
+
+def test_a_rollout_runs_every_stage_and_neither_compares_nor_stamps() -> None:
+    steps = stage_steps(REPO / "playbooks", STAGE_VARS)
+    assert "converged" not in {step["role"] for step in steps}
+    assert [step["role"] for step in steps][:2] == ["stack_record", "nvidia_driver"]
