@@ -246,6 +246,7 @@ def test_the_code_digest_follows_gpuenv_s_code_and_not_its_tests_or_caches(tmp_p
     (tmp_path / "gpuenv/tests/test_x.py").write_text("assert 1\n")
     (tmp_path / "gpuenv/__pycache__/m.cpython-311.pyc").write_bytes(b"1")
     (tmp_path / "README.md").write_text("docs\n")
+    (tmp_path / "roles/x/README.md").write_text("docs\n")
     assert filters.gpuenv_code_digest(str(tmp_path)) == first
     (tmp_path / "roles/x/defaults/main.yml").write_text("x_a: 2\n")
     second = filters.gpuenv_code_digest(str(tmp_path))

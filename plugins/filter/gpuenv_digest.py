@@ -14,10 +14,11 @@ import yaml
 
 # What a run of site.yml does on a host follows from these, below the repository's root: a change
 # to any file in them (a role's defaults, a template, a module, the gpuenv package a filter calls)
-# makes the next run run every stage. Tests, caches and reports change nothing a host gets.
+# makes the next run run every stage. Tests, caches and the READMEs change nothing a host gets.
 CODE_DIRS = ("roles", "plugins", "playbooks", "gpuenv")
 CODE_FILES = ("ansible.cfg",)
 SKIP_DIRS = frozenset({"tests", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"})
+SKIP_SUFFIXES = (".pyc", ".pyo", ".md")
 
 
 def gpuenv_code_digest(root: str) -> str:
@@ -28,7 +29,7 @@ def gpuenv_code_digest(root: str) -> str:
     for top in CODE_DIRS:
         for dirpath, dirnames, filenames in os.walk(base / top):
             dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-            files += [Path(dirpath) / f for f in filenames if not f.endswith((".pyc", ".pyo"))]
+            files += [Path(dirpath) / f for f in filenames if not f.endswith(SKIP_SUFFIXES)]
     for path in sorted(files):
         h.update(str(path.relative_to(base)).encode() + b"\0")
         h.update(hashlib.sha256(path.read_bytes()).digest())
