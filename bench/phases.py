@@ -50,8 +50,8 @@ class Bench:
         self.provisioned = False  # noop, verify, onboard and the snapshot have had their host
 
     # --- helpers ---
-    def playbook(self, label: str, limit: list[str] | None = None) -> dict[str, Any]:
-        return playbook(self.log_dir, label, self.extra_vars, limit)
+    def playbook(self, label: str, limit: list[str] | None = None, **extra: str) -> dict[str, Any]:
+        return playbook(self.log_dir, label, {**self.extra_vars, **extra}, limit)
 
     def fresh_fleet(self, count: int, *, downloads: Path | None = None, snapshot: Path | None = None) -> None:
         env = ansible_env()
@@ -135,7 +135,18 @@ class Bench:
         walls = [r["measured_wall_s"] for r in records]
         slowest = sorted(records[-1]["tasks"], key=lambda t: -t["wall_s"])[:8]
         say(f"no-op: {', '.join(f'{w:.1f} s' for w in walls)}, changed {[changed(r) for r in records]}")
+        # The same host once more with every stage run (the stamp ignored, roles/converged): what a
+        # no-op cost before the stamp, and what one costs after any change on the host.
+        full = self.playbook("noop-every-stage", limit=["sb1"], converged_skip="false")
+        say(f"no-op with every stage run: {full['measured_wall_s']:.1f} s, changed {changed(full)}")
         return {
+            "every_stage": {
+                "wall_s": full["measured_wall_s"],
+                "changed": changed(full),
+                "tasks": len(full["tasks"]),
+                "controller_cpu_s": full["controller_cpu_s"],
+                "hosts_cpu_s": full["hosts_cpu_s"],
+            },
             "runs": walls,
             "controller_cpu_s": records[-1]["controller_cpu_s"],
             "hosts_cpu_s": records[-1]["hosts_cpu_s"],

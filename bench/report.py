@@ -213,6 +213,17 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
             + ".",
             "",
         ]
+        every = noop.get("every_stage")
+        if every:
+            out += [
+                "The host matches the stamp its provisioning run left (roles/converged), so the stages are "
+                "skipped and verify runs. The same host with every stage run (`-e converged_skip=false`, what a "
+                "no-op cost before the stamp, and what a run costs after any change on the host): "
+                f"{every['wall_s']:.1f} s, "
+                f"changed {every['changed']}, {every['tasks']} tasks; CPU: controller {every['controller_cpu_s']} s, "
+                f"host {every['hosts_cpu_s']} s.",
+                "",
+            ]
     fanout = results.get("fanout")
     if fanout:
         out += [

@@ -113,3 +113,12 @@ def test_the_command_line_picks_the_phases_and_the_pairs() -> None:
         harness.settings_for(False, None, 0)
     with pytest.raises(harness.BenchError, match="unknown phase"):
         harness.settings_for(False, "pairs,warp")
+
+
+def test_the_no_op_is_reported_beside_the_same_host_with_every_stage_run() -> None:
+    text = report.markdown(SAMPLE, {}, harness.TARGETS)
+    assert "The same host with every stage run (`-e converged_skip=false`" in text
+    assert "19.4 s, changed 0, 120 tasks; CPU: controller 10.4 s, host 9.1 s." in text
+    older = copy.deepcopy(SAMPLE)
+    del older["noop"]["every_stage"]  # results saved before the stamp render as they did
+    assert "converged_skip" not in report.markdown(older, {}, harness.TARGETS)
