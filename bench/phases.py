@@ -156,6 +156,12 @@ class Bench:
             "tasks": len(records[-1]["tasks"]),
             "stages": stage_times(records[-1]),
             "slowest_tasks": [{"name": t["name"], "wall_s": t["wall_s"]} for t in slowest],
+            # Records written before the timing callback measured CPU have no cpu_s.
+            "cpu_tasks": [
+                {"name": t["name"], "cpu_s": t["cpu_s"]}
+                for t in sorted(records[-1]["tasks"], key=lambda t: -t.get("cpu_s", 0.0))[:8]
+                if "cpu_s" in t
+            ],
         }
 
     def onboard(self) -> dict[str, Any]:

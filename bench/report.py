@@ -210,7 +210,14 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
             + ", ".join(f"{k} {v} s" for k, v in noop["stages"].items())
             + ". Slowest tasks: "
             + ", ".join(f"{t['name']} {t['wall_s']:.2f} s" for t in noop["slowest_tasks"])
-            + ".",
+            + "."
+            + (
+                " The controller's CPU, by task: "
+                + ", ".join(f"{t['name']} {t['cpu_s']:.2f} s" for t in noop["cpu_tasks"])
+                + "."
+                if noop.get("cpu_tasks")
+                else ""
+            ),
             "",
         ]
         every = noop.get("every_stage")

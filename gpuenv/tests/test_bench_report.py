@@ -119,6 +119,9 @@ def test_the_no_op_is_reported_beside_the_same_host_with_every_stage_run() -> No
     text = report.markdown(SAMPLE, {}, harness.TARGETS)
     assert "The same host with every stage run (`-e converged_skip=false`" in text
     assert "19.4 s, changed 0, 120 tasks; CPU: controller 10.4 s, host 9.1 s." in text
+    assert "The controller's CPU, by task: gpu_stack : Check the stack against" in text
     older = copy.deepcopy(SAMPLE)
     del older["noop"]["every_stage"]  # results saved before the stamp render as they did
+    del older["noop"]["cpu_tasks"]
     assert "converged_skip" not in report.markdown(older, {}, harness.TARGETS)
+    assert "The controller's CPU, by task" not in report.markdown(older, {}, harness.TARGETS)

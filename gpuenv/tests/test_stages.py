@@ -54,6 +54,29 @@ def test_the_timing_record_names_each_plays_stage(tmp_path: Path, monkeypatch: p
     ]
 
 
+def test_the_timing_record_gives_each_task_the_controller_s_cpu_across_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What ansible-playbook and its reaped workers used between a task's start and the next's: where
+    # the controller's seconds per host go (issue 19's target).
+    pytest.importorskip("ansible")
+    plugin = load_plugin("plugins/callback/gpuenv_timing.py")
+    ticks = iter([1.0, 1.25, 1.25, 3.0])
+    monkeypatch.setattr(plugin.CallbackModule, "_cpu", staticmethod(lambda: next(ticks)))
+    timing = plugin.CallbackModule()
+    timing.v2_playbook_on_play_start(_Named("Verify each host"))
+    timing.v2_playbook_on_task_start(_Named("a"), False)
+    timing.v2_playbook_on_task_start(_Named("b"), False)
+
+    class Stats:
+        processed: ClassVar[dict[str, int]] = {}
+
+    monkeypatch.setenv("GPUENV_TIMING_FILE", str(tmp_path / "t.json"))
+    timing.v2_playbook_on_stats(Stats())
+    tasks = yaml.safe_load((tmp_path / "t.json").read_text())["tasks"]
+    assert [(t["name"], t["cpu_s"]) for t in tasks] == [("a", 0.25), ("b", 1.75)]
+
+
 def test_the_benchmarks_sum_play_times_by_the_same_stages() -> None:
     # A record as the timing callback writes it (bench/ charts these sums); an older one has no "stage".
     record = {

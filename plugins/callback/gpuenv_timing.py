@@ -5,7 +5,8 @@ Enabled only where asked for, so that ordinary runs print as always:
     ANSIBLE_CALLBACKS_ENABLED=gpuenv_timing GPUENV_TIMING_FILE=run.json ansible-playbook ...
 
 It records the wall time of the run, of each play with the stage of site.yml it belongs to
-(gpuenv.stages: the stages the progress callback shows) and of each task, and per host the counts
+(gpuenv.stages: the stages the progress callback shows) and of each task with the controller's CPU
+seconds across it (cpu_s: where the controller's share per host goes), and per host the counts
 Ansible's recap prints (ok, changed, failed, ...) with the names of the tasks that reported a
 change: a no-op re-run must have none, and when it has one the file says which.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -56,9 +58,19 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]  # Ansible's base clas
     def _now(self) -> float:
         return round(time.monotonic() - self._start, 3)
 
+    @staticmethod
+    def _cpu() -> float:
+        """The controller's CPU seconds so far: ansible-playbook itself and the workers (with the ssh
+        clients they ran) it has reaped; a task's share is the difference across it, give or take a
+        worker reaped after the next task began."""
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
     def _close_task(self) -> None:
         if self._tasks and "wall_s" not in self._tasks[-1]:
-            self._tasks[-1]["wall_s"] = round(self._now() - self._tasks[-1]["start_s"], 3)
+            task = self._tasks[-1]
+            task["wall_s"] = round(self._now() - task["start_s"], 3)
+            task["cpu_s"] = round(self._cpu() - task.pop("_cpu0"), 3)
 
     def _close_play(self) -> None:
         self._close_task()
@@ -82,6 +94,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]  # Ansible's base clas
                 "handler": handler,
                 "start_s": self._now(),
                 "changed": [],
+                "_cpu0": self._cpu(),
             }
         )
 
