@@ -39,6 +39,7 @@ def params(tmp: Path, **over: Any) -> dict[str, Any]:
         "read": [str(tmp / "version")],
         "units": [],
         "pending": [str(tmp / "run/reboot-required")],
+        "verify_report": str(tmp / "verify.json"),
         "skip": True,
     }
     return {**p, **over}
@@ -53,6 +54,7 @@ def host(tmp_path: Path) -> Path:
     (lib / "libcudnn.so.9.1.0").write_bytes(b"\0" * 64)
     (lib / "libcudnn.so.9").symlink_to("libcudnn.so.9.1.0")
     (tmp_path / "version").write_text("535.216.01\n")
+    (tmp_path / "verify.json").write_text('{"exit_code": 0, "checks": []}\n')
     return tmp_path
 
 
@@ -160,6 +162,28 @@ def test_the_inputs_a_pending_reboot_and_converged_skip_each_run_every_stage(hos
     assert (refused["stamped"], refused["converged"]) == (False, False)
     assert refused["why"].startswith("not stamped: ")
     assert not (host / "state/converged.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("report", "said"),
+    [
+        (None, "no gpuenv verify report at"),
+        ('{"exit_code": 1}', "the last gpuenv verify on the host failed (exit 1)"),
+        ("{", "cannot be read"),
+    ],
+    ids=["missing", "failed", "unreadable"],
+)
+def test_a_host_whose_last_verify_did_not_pass_runs_every_stage(host: Path, report: str | None, said: str) -> None:
+    # The run after a failed verify tries the stages again rather than skip to the same failure.
+    stamp(host)
+    if report is None:
+        (host / "verify.json").unlink()
+    else:
+        (host / "verify.json").write_text(report)
+    result = check(host)
+    assert (result["converged"], result["cleared"]) == (False, True)
+    assert said in result["why"]
+    assert check(host, verify_report="")["why"].startswith("no stamp")  # none read, and the stamp is gone
 
 
 def test_check_mode_reads_and_removes_nothing(host: Path) -> None:
@@ -316,6 +340,7 @@ def test_the_role_skips_a_stage_on_the_second_run_and_not_after_a_change(
             "converged_read": [],
             "converged_units": [],
             "converged_pending": [],
+            "converged_verify_report": "",
             "gpu_stack_resolved": {"driver": "535"},
             "pytorch_env_installer": "uv",
         }

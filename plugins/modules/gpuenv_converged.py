@@ -82,6 +82,12 @@ options:
     type: list
     elements: path
     default: []
+  verify_report:
+    description:
+      - gpuenv verify's JSON report on the host. Unless it exists and says verify passed
+        (C(exit_code) 0), the host is not converged, so that a run after a failed verify runs every
+        stage again rather than skip to the same failure.
+    type: path
   skip:
     description: With false, I(state=check) reports the host not converged whatever it finds (and clears the stamp).
     type: bool
@@ -190,24 +196,31 @@ def walk_fingerprint(path: str) -> str:
     stack = [path]
     while stack:
         top = stack.pop()
+        rel = os.path.relpath(top, path)
+        lines: list[str] = []
         try:
             with os.scandir(top) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            h.update(f"{top} unreadable {exc.errno}\n".encode())
+            h.update(f"{rel} unreadable {exc.errno}\n".encode())
             continue
-        rel = os.path.relpath(top, path)
         for entry in entries:
             if entry.name in SKIP_NAMES:
                 continue
             try:
                 est = entry.stat(follow_symlinks=False)
             except OSError:
-                h.update(f"{rel}/{entry.name} gone\n".encode())
+                lines.append(f"{entry.name} gone")
                 continue
-            h.update(f"{rel}/{entry.name} {_sig(entry.path, est)}\n".encode())
-            if stat.S_ISDIR(est.st_mode):
-                stack.append(entry.path)
+            mode = est.st_mode
+            if stat.S_ISREG(mode):
+                # The common case inline (an environment has tens of thousands of files).
+                lines.append(f"{entry.name} {mode:o} {est.st_uid} {est.st_gid} {est.st_size} {est.st_mtime_ns}")
+            else:
+                lines.append(f"{entry.name} {_sig(entry.path, est)}")
+                if stat.S_ISDIR(mode):
+                    stack.append(entry.path)
+        h.update(f"[{rel}]\n{chr(10).join(lines)}\n".encode())
     return h.hexdigest()
 
 
@@ -276,6 +289,21 @@ def compare(stamp: dict[str, Any] | None, inputs: str, prints: dict[str, str]) -
     return False, differs, "; ".join(parts) + ": every stage runs"
 
 
+def verify_failed(path: str | None) -> str | None:
+    """Why the last gpuenv verify on the host does not vouch for it (None when it passed)."""
+    if not path:
+        return None
+    try:
+        with open(path) as fh:
+            report = json.load(fh)
+    except FileNotFoundError:
+        return f"no gpuenv verify report at {path}"
+    except (OSError, ValueError) as exc:
+        return f"the gpuenv verify report {path} cannot be read ({exc})"
+    code = report.get("exit_code") if isinstance(report, dict) else None
+    return None if code == 0 else f"the last gpuenv verify on the host failed (exit {code})"
+
+
 def write_stamp(path: str, inputs: str, prints: dict[str, str]) -> bool:
     """Write the stamp when it differs (atomically: a rename); True when it was written."""
     body = json.dumps({"format": FORMAT, "inputs": inputs, "fingerprint": prints}, indent=1, sort_keys=True) + "\n"
@@ -307,6 +335,7 @@ def main() -> None:
             "read": {"type": "list", "elements": "path", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
             "pending": {"type": "list", "elements": "path", "default": []},
+            "verify_report": {"type": "path"},
             "skip": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
@@ -334,6 +363,9 @@ def run(p: dict[str, Any], check_mode: bool, systemctl: str | None, runner: Runn
         converged, why = False, f"not stamped: {left}"
     else:
         converged, result["differs"], why = compare(load_stamp(p["path"]), p["inputs"], prints)
+        failed = verify_failed(p.get("verify_report"))
+        if converged and failed:
+            converged, why = False, f"{failed}: every stage runs"
         if converged and pending:
             converged, why = False, f"{left}: every stage runs"
         if converged and not p["skip"]:
