@@ -130,7 +130,7 @@ def _relink(link: Path, target: str) -> None:
     link.symlink_to(target)
 
 
-def test_what_python_and_the_kernel_write_on_their_own_does_not_count(host: Path) -> None:
+def test_what_python_and_a_boot_write_on_their_own_does_not_count(host: Path) -> None:
     stamp(host)
     # Python's bytecode caches (written by an import, as verify's), a directory's own time, and a
     # change deeper than a watched directory's first level.
@@ -139,6 +139,9 @@ def test_what_python_and_the_kernel_write_on_their_own_does_not_count(host: Path
     (cache / "x.cpython-311.pyc").write_bytes(b"1")
     os.utime(host / "trees/12.4.1", ns=(5, 5))
     (host / "etc/profile.d/other.sh").write_text("true\n")
+    # A watched file written again with the same bytes (a boot's apt settings, ldconfig's cache).
+    (host / "etc/cuda.sh").write_text((host / "etc/cuda.sh").read_text())
+    os.utime(host / "etc/cuda.sh", ns=(7, 7))
     assert check(host)["converged"] is True
 
 
@@ -203,25 +206,26 @@ def test_a_stamp_of_another_format_or_unreadable_is_no_stamp(host: Path) -> None
         assert check(host)["why"].startswith("no stamp")
 
 
-def test_a_daemon_stopped_since_runs_every_stage(host: Path) -> None:
-    states = {"nvidia-persistenced": "active"}
+def test_a_daemon_stopped_or_disabled_since_runs_every_stage(host: Path) -> None:
+    states = {"nvidia-persistenced": ("active", "enabled"), "nvidia-fabricmanager": ("inactive", "")}
     calls: list[list[str]] = []
 
     def systemctl(args: list[str]) -> tuple[int, str, str]:
+        # systemctl show's blocks, as it prints them for a unit that exists and one that does not.
         calls.append(args)
-        return (
-            (0 if all(states.get(u) == "active" for u in args[3:]) else 3),
-            "\n".join(states.get(u, "inactive") for u in args[3:]) + "\n",
-            "",
-        )
+        blocks = [f"Id={u}.service\nActiveState={states[u][0]}\nUnitFileState={states[u][1]}\n" for u in args[4:]]
+        return 0, "\n".join(blocks), ""
 
     units = ["nvidia-persistenced", "nvidia-fabricmanager"]
     mod.run(params(host, state="stamp", units=units), False, "/bin/systemctl", systemctl)
     assert mod.run(params(host, units=units), False, "/bin/systemctl", systemctl)["converged"] is True
-    states["nvidia-persistenced"] = "failed"
-    result = mod.run(params(host, units=units), False, "/bin/systemctl", systemctl)
-    assert (result["converged"], result["differs"]) == (False, ["units"])
-    assert calls[0] == ["/bin/systemctl", "is-active", "--", *units]
+    assert calls[0] == ["/bin/systemctl", "show", "--property=Id,ActiveState,UnitFileState", "--", *units]
+    for changed in (("failed", "enabled"), ("active", "disabled")):
+        states["nvidia-persistenced"] = changed
+        result = mod.run(params(host, units=units), False, "/bin/systemctl", systemctl)
+        assert (result["converged"], result["differs"]) == (False, ["units"]), changed
+        states["nvidia-persistenced"] = ("active", "enabled")
+        mod.run(params(host, state="stamp", units=units), False, "/bin/systemctl", systemctl)
     # Without systemd the units cannot be read, and count as such.
     assert mod.units_fingerprint(units, None, no_systemctl) == "no systemctl"
 

@@ -34,12 +34,14 @@ description:
   - The stamp is gpuenv's bookkeeping, not part of the stack. Writing or removing it reports
     C(stamped) or C(cleared), not C(changed), so that a re-run that left the stack alone still
     reports 0 changed.
-  - What a fingerprint holds. For I(watch), each path's type, mode, owner, size, mtime and link
-    target, and the same of each entry one level down; for I(walk), the same of every entry
+  - What a fingerprint holds. For I(watch), each path's type, mode, owner and link target, and the
+    same of each entry one level down, with a file's content (its size and mtime above 16 MiB);
+    for I(walk), the type, mode, owner, size, mtime and link target of every entry
     below (directories by their entries, not their times; C(__pycache__) left out, which Python
-    writes on import); for I(read), the file's content; for I(units), C(systemctl is-active).
-    A file whose content changed in place with its size and time kept is not seen; gpuenv verify,
-    which runs on every run, is the check of what the files do.
+    writes on import); for I(read), the file's content; for I(units), their active and enabled
+    states.
+    A file of a walked tree whose content changed in place with its size and time kept is not
+    seen; gpuenv verify, which runs on every run, is the check of what the files do.
 options:
   state:
     description: C(check) compares with the stamp; C(stamp) writes it.
@@ -70,7 +72,7 @@ options:
     elements: path
     default: []
   units:
-    description: systemd units whose C(is-active) state counts.
+    description: systemd units whose active and enabled states count (C(systemctl show)).
     type: list
     elements: str
     default: []
@@ -129,6 +131,8 @@ fingerprint:
 
 FORMAT = 1
 SKIP_NAMES = frozenset({"__pycache__"})
+# Watched files up to this size count by their content (dpkg's status file is a few MB).
+CONTENT_LIMIT = 16 * 1024 * 1024
 
 
 def _patterns(patterns: Iterable[str]) -> list[str]:
@@ -164,13 +168,26 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
+def _content_sig(path: str, st: os.stat_result) -> str:
+    """A watched file: its content where small (a file written again with the same bytes, as a boot
+    or a tool does with its settings, is no change), its size and time where large (a kernel)."""
+    if stat.S_ISREG(st.st_mode) and st.st_size <= CONTENT_LIMIT:
+        try:
+            with open(path, "rb") as fh:
+                return f"{oct(st.st_mode)} {st.st_uid} {st.st_gid} sha256:{hashlib.sha256(fh.read()).hexdigest()}"
+        except OSError as exc:
+            return f"unreadable {exc.errno}"
+    return _sig(path, st)
+
+
 def watch_fingerprint(path: str) -> str:
-    """The path and its entries one level down (files with their times, directories without)."""
+    """The path and its entries one level down (small files by their content, large ones by size and
+    time, directories by their names)."""
     h = hashlib.sha256()
     st = _lstat(path)
     if st is None:
         return "absent"
-    h.update(f". {_sig(path, st)}\n".encode())
+    h.update(f". {_content_sig(path, st)}\n".encode())
     if stat.S_ISDIR(st.st_mode):
         try:
             names = sorted(os.listdir(path))
@@ -179,7 +196,7 @@ def watch_fingerprint(path: str) -> str:
         for name in names:
             child = os.path.join(path, name)
             cst = _lstat(child)
-            h.update(f"{name} {_sig(child, cst) if cst else 'gone'}\n".encode())
+            h.update(f"{name} {_content_sig(child, cst) if cst else 'gone'}\n".encode())
     return h.hexdigest()
 
 
@@ -238,14 +255,16 @@ Runner = Callable[[list[str]], tuple[int, str, str]]
 
 
 def units_fingerprint(units: list[str], systemctl: str | None, run: Runner) -> str:
-    """`systemctl is-active` of each unit: one line each, active, inactive, failed or unknown (it
-    exits non-zero when one is not active; the lines are what count)."""
+    """Each unit's ActiveState and UnitFileState, as `systemctl show` reports them: one block per
+    unit, a unit that does not exist included (inactive, no file state). Not the symlinks under
+    /etc/systemd/system: a clone's first boot applies the presets there, and the units' state is
+    what the stages set."""
     if not units:
         return "none"
     if systemctl is None:
         return "no systemctl"
-    _, out, _ = run([systemctl, "is-active", "--", *units])
-    return " ".join(f"{unit}={state}" for unit, state in zip(units, out.split(), strict=False))
+    _, out, _ = run([systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--", *units])
+    return hashlib.sha256(out.encode()).hexdigest()
 
 
 def fingerprint(p: dict[str, Any], systemctl: str | None, run: Runner) -> dict[str, str]:
