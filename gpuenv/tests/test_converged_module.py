@@ -16,6 +16,7 @@ import pytest
 from gpuenv.tests.conftest import load_plugin, run_tool
 
 mod = load_plugin("plugins/modules/gpuenv_converged.py")
+fp = load_plugin("plugins/module_utils/gpuenv_fingerprint.py")
 
 
 def no_systemctl(args: list[str]) -> tuple[int, str, str]:
@@ -182,6 +183,16 @@ def test_a_host_whose_last_verify_did_not_pass_runs_every_stage(host: Path, repo
     assert check(host, verify_report="")["why"].startswith("no stamp")  # none read, and the stamp is gone
 
 
+def test_what_the_run_kept_comes_back_only_while_the_host_is_converged(host: Path) -> None:
+    # The driver's package names, which a converged re-run reads from the stamp instead of planning.
+    keep = {"nvidia_driver": {"main_package": "nvidia-driver", "pkg_mgr": "apt"}}
+    stamp(host, keep=keep)
+    again = check(host)
+    assert (again["converged"], again["kept"], again["inputs"]) == (True, keep, "digest-1")
+    (host / "etc/cuda.sh").write_text("changed\n")
+    assert (check(host)["converged"], check(host)["kept"]) == (False, {})
+
+
 def test_check_mode_reads_and_removes_nothing(host: Path) -> None:
     stamp(host)
     (host / "etc/cuda.sh").unlink()
@@ -220,7 +231,7 @@ def test_a_daemon_stopped_or_disabled_since_runs_every_stage(host: Path) -> None
         states["nvidia-persistenced"] = ("active", "enabled")
         mod.run(params(host, state="stamp", units=units), False, "/bin/systemctl", systemctl)
     # Without systemd the units cannot be read, and count as such.
-    assert mod.units_fingerprint(units, None, no_systemctl) == "no systemctl"
+    assert fp.units_fingerprint(units, None, no_systemctl) == "no systemctl"
 
 
 def test_globs_read_each_match_and_a_new_match_counts(host: Path) -> None:

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.ansible
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "gpuenv" / "tests" / "ansible" / "driver_check_mode.yml"
+KEEP_PLAYBOOK = REPO / "gpuenv" / "tests" / "ansible" / "driver_stamp_keep.yml"
 NVIDIA = "https://developer.download.nvidia.com/compute/cuda/repos/"
 # Check mode never downloads a key it does not have, so any well-formed sum will do here.
 SUM = "sha256:" + "0" * 64
@@ -43,9 +44,9 @@ HOSTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _inventory(tmp_path: Path) -> Path:
+def _inventory(tmp_path: Path, specs: dict[str, dict[str, Any]] = HOSTS) -> Path:
     hosts = {}
-    for name, spec in HOSTS.items():
+    for name, spec in specs.items():
         host = {
             "ansible_connection": spec.get("connection", "local"),
             "ansible_python_interpreter": sys.executable,
@@ -61,6 +62,8 @@ def _inventory(tmp_path: Path) -> Path:
             "nvidia_driver_download_dir": str(tmp_path / "downloads"),
             "gpu_stack_resolved": {"gpus": [{"cc": cc} for cc in spec.get("gpus", [])]},
         }
+        if "variant" in spec:
+            host["nvidia_driver_debian_variant"] = spec["variant"]
         hosts[name] = host
     inv = tmp_path / "hosts.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
@@ -105,6 +108,41 @@ def test_ubuntu_2404_branch_590_drops_the_suffix(results: dict[str, Any]) -> Non
     plan = results["plans"]["ubuntu2404"]
     assert plan["would_configure_repository"] == NVIDIA + "ubuntu2404/x86_64/"
     assert plan["would_install"] == ["nvidia-open", "nvidia-utils", "libnvidia-compute"]
+
+
+def test_the_stamp_keeps_the_packages_the_plan_named_for_a_converged_re_run(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    # nvidia_driver's current.yml asks the index for these on a converged host instead of planning
+    # again; they must be values, readable in the stamp's play, which has no driver role (Debian's
+    # names are templates over nvidia_driver_debian_variant).
+    hosts = {
+        "ubuntu2404": {"test_os": ["Ubuntu", "24.04", "Debian"], "nvidia_driver_version": "590", "gpus": ["9.0"]},
+        "debian12-tesla": {"test_os": ["Debian", "12", "Debian"], "source": "debian", "variant": "tesla-535"},
+        # The role's default variant (""), which only the role's own play has.
+        "debian12": {"test_os": ["Debian", "12", "Debian"], "source": "debian", "gpus": ["8.6"]},
+        "rocky9": {"test_os": ["Rocky", "9.4", "RedHat"], "nvidia_driver_version": "580.82.07", "gpus": ["7.0"]},
+    }
+    inventory = _inventory(tmp_path, hosts)
+    run, kept, failures = check_mode_plans(KEEP_PLAYBOOK, inventory, tmp_path, venv_env, "stamp_keeps", timeout=300)
+    assert not failures, failures
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert kept["ubuntu2404"]["stamp_keeps"]["nvidia_driver"] == {
+        "main_package": "nvidia-open",
+        "version_package": "libnvidia-compute*",
+        "pkg_mgr": "apt",
+    }
+    assert kept["debian12-tesla"]["stamp_keeps"]["nvidia_driver"] == {
+        "main_package": "nvidia-tesla-535-kernel-dkms",
+        "version_package": "libnvidia-tesla-535-cuda1",
+        "pkg_mgr": "apt",
+    }
+    assert kept["debian12"]["stamp_keeps"]["nvidia_driver"] == {
+        "main_package": "nvidia-open-kernel-dkms",
+        "version_package": "libcuda1",
+        "pkg_mgr": "apt",
+    }
+    assert kept["rocky9"]["stamp_keeps"]["nvidia_driver"]["pkg_mgr"] == "dnf"
 
 
 def test_userspace_mode_installs_no_kernel_module(results: dict[str, Any]) -> None:

@@ -145,7 +145,7 @@ def test_nvidia_smi_failure_that_is_not_no_driver_fails_the_probe(tmp_path: Path
     )
     run = _play(venv_env, _inventory(tmp_path, GOOD), path_prefix=fake)
     assert run.returncode != 0
-    assert "List the host's GPUs and NVIDIA PCI devices" in run.stdout
+    assert "list its GPUs and NVIDIA PCI devices" in run.stdout
     assert "nvidia-smi could not list the GPUs (exit 15)" in run.stdout
     assert "Unable to determine the device handle" in run.stdout
 

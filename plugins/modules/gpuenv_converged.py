@@ -5,15 +5,12 @@ nothing."""
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import json
 import os
-import stat
-from collections.abc import Callable, Iterable
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuenv_fingerprint import Runner, fingerprint, patterns
 
 DOCUMENTATION = r"""
 module: gpuenv_converged
@@ -94,6 +91,13 @@ options:
     description: With false, I(state=check) reports the host not converged whatever it finds (and clears the stamp).
     type: bool
     default: true
+  keep:
+    description:
+      - With I(state=stamp), what the run worked out that a converged re-run needs again without
+        working it out (the driver's package names, which the stage reads from the host's OS and
+        GPUs); I(state=check) returns it as C(kept) when the host is converged.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -124,160 +128,18 @@ stamped:
 cleared:
   description: Whether a stamp that no longer matched was removed (state=check; not in check mode).
   type: bool
+kept:
+  description: The stamp's I(keep) when the host is converged (state=check), else empty.
+  type: dict
+inputs:
+  description: The I(inputs) given, for the stamp written at the end of the run.
+  type: str
 fingerprint:
   description: Each place's fingerprint, C(watch:PATH), C(walk:PATH), C(read:PATH), C(units).
   type: dict
 """
 
 FORMAT = 1
-SKIP_NAMES = frozenset({"__pycache__"})
-# Watched files up to this size count by their content (dpkg's status file is a few MB).
-CONTENT_LIMIT = 16 * 1024 * 1024
-
-
-def _patterns(patterns: Iterable[str]) -> list[str]:
-    """Each pattern's matches, sorted; a plain path stands for itself whether it exists or not."""
-    paths: list[str] = []
-    for pattern in patterns:
-        if any(ch in pattern for ch in "*?["):
-            paths += sorted(glob.glob(pattern))
-        else:
-            paths.append(pattern)
-    return paths
-
-
-def _sig(path: str, st: os.stat_result, *, times: bool = True) -> str:
-    kind = stat.S_IFMT(st.st_mode)
-    fields = [oct(st.st_mode), str(st.st_uid), str(st.st_gid)]
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            fields.append(os.readlink(path))
-        except OSError:
-            fields.append("?")
-    elif kind != stat.S_IFDIR:
-        fields.append(str(st.st_size))
-        if times:
-            fields.append(str(st.st_mtime_ns))
-    return " ".join(fields)
-
-
-def _lstat(path: str) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except OSError:
-        return None
-
-
-def _content_sig(path: str, st: os.stat_result) -> str:
-    """A watched file: its content where small (a file written again with the same bytes, as a boot
-    or a tool does with its settings, is no change), its size and time where large (a kernel)."""
-    if stat.S_ISREG(st.st_mode) and st.st_size <= CONTENT_LIMIT:
-        try:
-            with open(path, "rb") as fh:
-                return f"{oct(st.st_mode)} {st.st_uid} {st.st_gid} sha256:{hashlib.sha256(fh.read()).hexdigest()}"
-        except OSError as exc:
-            return f"unreadable {exc.errno}"
-    return _sig(path, st)
-
-
-def watch_fingerprint(path: str) -> str:
-    """The path and its entries one level down (small files by their content, large ones by size and
-    time, directories by their names)."""
-    h = hashlib.sha256()
-    st = _lstat(path)
-    if st is None:
-        return "absent"
-    h.update(f". {_content_sig(path, st)}\n".encode())
-    if stat.S_ISDIR(st.st_mode):
-        try:
-            names = sorted(os.listdir(path))
-        except OSError as exc:
-            return f"unreadable: {exc.strerror}"
-        for name in names:
-            child = os.path.join(path, name)
-            cst = _lstat(child)
-            h.update(f"{name} {_content_sig(child, cst) if cst else 'gone'}\n".encode())
-    return h.hexdigest()
-
-
-def walk_fingerprint(path: str) -> str:
-    """Every entry below the directory: its name, type, mode, owner, size, time and link target;
-    a directory by its entries (its own time changes with every file written and removed inside)."""
-    st = _lstat(path)
-    if st is None:
-        return "absent"
-    if not stat.S_ISDIR(st.st_mode):
-        return watch_fingerprint(path)
-    h = hashlib.sha256()
-    h.update(f". {_sig(path, st, times=False)}\n".encode())
-    stack = [path]
-    while stack:
-        top = stack.pop()
-        rel = os.path.relpath(top, path)
-        lines: list[str] = []
-        try:
-            with os.scandir(top) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            h.update(f"{rel} unreadable {exc.errno}\n".encode())
-            continue
-        for entry in entries:
-            if entry.name in SKIP_NAMES:
-                continue
-            try:
-                est = entry.stat(follow_symlinks=False)
-            except OSError:
-                lines.append(f"{entry.name} gone")
-                continue
-            mode = est.st_mode
-            if stat.S_ISREG(mode):
-                # The common case inline (an environment has tens of thousands of files).
-                lines.append(f"{entry.name} {mode:o} {est.st_uid} {est.st_gid} {est.st_size} {est.st_mtime_ns}")
-            else:
-                lines.append(f"{entry.name} {_sig(entry.path, est)}")
-                if stat.S_ISDIR(mode):
-                    stack.append(entry.path)
-        h.update(f"[{rel}]\n{chr(10).join(lines)}\n".encode())
-    return h.hexdigest()
-
-
-def read_fingerprint(path: str) -> str:
-    try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except FileNotFoundError:
-        return "absent"
-    except OSError as exc:
-        return f"unreadable: {exc.strerror}"
-
-
-Runner = Callable[[list[str]], tuple[int, str, str]]
-
-
-def units_fingerprint(units: list[str], systemctl: str | None, run: Runner) -> str:
-    """Each unit's ActiveState and UnitFileState, as `systemctl show` reports them: one block per
-    unit, a unit that does not exist included (inactive, no file state). Not the symlinks under
-    /etc/systemd/system: a clone's first boot applies the presets there, and the units' state is
-    what the stages set."""
-    if not units:
-        return "none"
-    if systemctl is None:
-        return "no systemctl"
-    _, out, _ = run([systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--", *units])
-    return hashlib.sha256(out.encode()).hexdigest()
-
-
-def fingerprint(p: dict[str, Any], systemctl: str | None, run: Runner) -> dict[str, str]:
-    """Each place of the parameters' watch, walk, read and units, with its fingerprint."""
-    prints: dict[str, str] = {}
-    for path in _patterns(p["watch"]):
-        prints[f"watch:{path}"] = watch_fingerprint(path)
-    for path in _patterns(p["walk"]):
-        prints[f"walk:{path}"] = walk_fingerprint(path)
-    for path in _patterns(p["read"]):
-        prints[f"read:{path}"] = read_fingerprint(path)
-    prints["units"] = units_fingerprint(p["units"], systemctl, run)
-    return prints
 
 
 def load_stamp(path: str) -> dict[str, Any] | None:
@@ -323,9 +185,10 @@ def verify_failed(path: str | None) -> str | None:
     return None if code == 0 else f"the last gpuenv verify on the host failed (exit {code})"
 
 
-def write_stamp(path: str, inputs: str, prints: dict[str, str]) -> bool:
+def write_stamp(path: str, inputs: str, prints: dict[str, str], keep: dict[str, Any]) -> bool:
     """Write the stamp when it differs (atomically: a rename); True when it was written."""
-    body = json.dumps({"format": FORMAT, "inputs": inputs, "fingerprint": prints}, indent=1, sort_keys=True) + "\n"
+    stamp = {"format": FORMAT, "inputs": inputs, "fingerprint": prints, "kept": keep}
+    body = json.dumps(stamp, indent=1, sort_keys=True) + "\n"
     try:
         with open(path) as fh:
             if fh.read() == body:
@@ -356,6 +219,7 @@ def main() -> None:
             "pending": {"type": "list", "elements": "path", "default": []},
             "verify_report": {"type": "path"},
             "skip": {"type": "bool", "default": True},
+            "keep": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -366,22 +230,26 @@ def main() -> None:
 def run(p: dict[str, Any], check_mode: bool, systemctl: str | None, runner: Runner) -> dict[str, Any]:
     """The module's result for its parameters P."""
     prints = fingerprint(p, systemctl, runner)
-    pending = [path for path in _patterns(p["pending"]) if os.path.lexists(path)]
+    pending = [path for path in patterns(p["pending"]) if os.path.lexists(path)]
     left = f"{', '.join(pending)} says the last run left work for the next"
     result: dict[str, Any] = {
         "changed": False,
         "stamped": False,
         "cleared": False,
         "differs": [],
+        "kept": {},
+        "inputs": p["inputs"],
         "fingerprint": prints,
     }
+    stamp: dict[str, Any] | None = None
     if p["state"] == "stamp" and not pending:
-        stamped = False if check_mode else write_stamp(p["path"], p["inputs"], prints)
+        stamped = False if check_mode else write_stamp(p["path"], p["inputs"], prints, p.get("keep") or {})
         return {**result, "stamped": stamped, "converged": True, "why": "stamped"}
     if p["state"] == "stamp":
         converged, why = False, f"not stamped: {left}"
     else:
-        converged, result["differs"], why = compare(load_stamp(p["path"]), p["inputs"], prints)
+        stamp = load_stamp(p["path"])
+        converged, result["differs"], why = compare(stamp, p["inputs"], prints)
         failed = verify_failed(p.get("verify_report"))
         if converged and failed:
             converged, why = False, f"{failed}: every stage runs"
@@ -393,6 +261,8 @@ def run(p: dict[str, Any], check_mode: bool, systemctl: str | None, runner: Runn
         # A stamp that no longer holds goes now: a run that stops half-way must not leave one.
         os.unlink(p["path"])
         result["cleared"] = True
+    if converged and stamp:
+        result["kept"] = stamp.get("kept") or {}
     return {**result, "converged": converged, "why": why}
 
 

@@ -92,6 +92,14 @@ options:
         GPU), 9 (no driver loaded) and 12 (no NVML) mean none can run.
     type: bool
     default: false
+  gather_subset:
+    description:
+      - Gather these subsets of Ansible's facts (C(distribution), C(platform)) with Ansible's own
+        collectors, as C(ansible.builtin.setup) would, and return them as facts, in the same round
+        trip as the rest; empty gathers none. Only the subsets named, not C(min).
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -275,6 +283,7 @@ def main() -> None:
             "dpkg": {"type": "list", "elements": "str", "default": []},
             "gpu_listing": {"type": "bool", "default": False},
             "gpu_processes": {"type": "bool", "default": False},
+            "gather_subset": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -327,7 +336,26 @@ def main() -> None:
                 )
             lines = [line.strip() for line in out.splitlines() if line.strip()] if rc == 0 else []
             result["gpu_processes"] = {"rc": rc, "lines": lines}
+    if p["gather_subset"]:
+        result["ansible_facts"] = gather_facts(module, p["gather_subset"])
     module.exit_json(**result)
+
+
+def gather_facts(module: AnsibleModule, subsets: list[str]) -> dict[str, object]:
+    """Ansible's facts of these subsets, collected as the setup module collects them (its collectors,
+    its names: ansible_distribution and so on), and no others."""
+    # Imported here: the collectors are a large package that only a gathering run needs to load.
+    from ansible.module_utils.facts import ansible_collector, default_collectors  # noqa: PLC0415
+    from ansible.module_utils.facts.namespace import PrefixFactNamespace  # noqa: PLC0415
+
+    collector = ansible_collector.get_ansible_collector(
+        all_collector_classes=default_collectors.collectors,
+        namespace=PrefixFactNamespace(namespace_name="ansible", prefix="ansible_"),
+        gather_subset=["!all", "!min", *subsets],
+        minimal_gather_subset=frozenset(),
+    )
+    facts: dict[str, object] = collector.collect(module=module)
+    return facts
 
 
 if __name__ == "__main__":
