@@ -12,6 +12,11 @@ every client, the first included, is streamed from the partial file as it grows.
 ask at once cost one upstream fetch, and none of them waits without bytes (pip gives up after 15 s
 of silence).
 
+A PyPI file that is whole on disk is served in the byte ranges asked for (`Range`, answered 206),
+as PyPI's file host and a site's proxy do: uv reads a wheel's metadata from the end of the file
+when PyPI's page gives none (torch's wheels), and without ranges it streamed torch's 906 MB to
+resolve, 11 s of a fresh host's environment stage here that PyPI itself would not cost.
+
 Every upstream fetch is counted (`GET /_gpuenv/stats`) and logged to `upstream.jsonl` in the
 cache directory: the benchmarks read the bytes that really left the machine from there. The store
 itself (what is kept, shared and counted) is gpuenv.sandbox.cache_store; this module is its HTTP face.
@@ -56,6 +61,24 @@ _IMMUTABLE_APT = re.compile(r"/(pool|by-hash)/")
 _PASSED_ON = ("if-modified-since", "if-none-match")
 
 
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The first and last byte of a Range header's one range ("bytes=0-99", "bytes=100-",
+    "bytes=-500") in a file of SIZE bytes; None to send the whole file (no header, or one this
+    cache does not answer, such as several ranges: a server may ignore Range); (-1, -1) for a range
+    that lies past the end (416)."""
+    match = re.fullmatch(r"\s*bytes=(\d*)-(\d*)\s*", header or "")
+    if not match or match.group(1) == match.group(2) == "":
+        return None
+    first, last = match.groups()
+    if first == "":  # the last N bytes
+        return (max(size - int(last), 0), size - 1) if int(last) > 0 and size > 0 else (-1, -1)
+    start = int(first)
+    end = min(int(last), size - 1) if last else size - 1
+    if start >= size or end < start:
+        return (-1, -1)
+    return start, end
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # apt and pip keep connections open and pipeline requests
     server: Server
@@ -72,6 +95,7 @@ class Handler(BaseHTTPRequestHandler):
         *,
         url: str | None = None,
         once: bool = True,
+        whole: int | None = None,
     ) -> None:
         self.send_response(status)
         for key, value in (extra or {}).items():
@@ -92,7 +116,30 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.log_message("%s", f"transfer of {url or self.path} ended after {sent} of {length} bytes: {exc}")
             return
-        self.server.cache.stats.served(self.client_address[0], url, sent, once=once)
+        self.server.cache.stats.served(self.client_address[0], url, sent, once=once, whole=whole)
+
+    def _send_file(self, url: str) -> None:
+        """A PyPI file, or the byte range asked for where the file is complete in the cache, as
+        PyPI's file host answers ranges: uv reads a wheel's metadata from its end that way rather
+        than download the wheel (torch's 906 MB) to resolve."""
+        cache = self.server.cache
+        octets = {"Content-Type": "application/octet-stream"}
+        path = cache.complete(url)
+        if path is None:  # not (yet) whole on disk: the shared download, from the start
+            length, chunks = cache.cached(url)
+            self._send(200, length, chunks, octets, url=url)
+            return
+        size = path.stat().st_size
+        span = byte_range(self.headers.get("Range"), size)
+        cache.stats.add(hits=1)
+        if span is None:
+            self._send(200, size, cache.read_range(path, 0, size - 1), {**octets, "Accept-Ranges": "bytes"}, url=url)
+        elif span == (-1, -1):
+            self._send(416, 0, iter([]), {"Content-Range": f"bytes */{size}"})
+        else:
+            start, end = span
+            headers = {**octets, "Accept-Ranges": "bytes", "Content-Range": f"bytes {start}-{end}/{size}"}
+            self._send(206, end - start + 1, cache.read_range(path, start, end), headers, url=url, whole=size)
 
     def _error(self, status: int, message: str) -> None:
         body = (message + "\n").encode()
@@ -133,8 +180,7 @@ class Handler(BaseHTTPRequestHandler):
             elif self.path.startswith("/pypi/files/"):
                 rest = self.path[len("/pypi/files/") :].split("#")[0]
                 url = f"{cache.pypi_files}/{rest}"
-                length, chunks = cache.cached(url)
-                self._send(200, length, chunks, {"Content-Type": "application/octet-stream"}, url=url)
+                self._send_file(url)
             elif self.path == "/_gpuenv/stats":
                 counts = json.dumps(cache.stats.snapshot()).encode()
                 self._send(200, len(counts), iter([counts]), {"Content-Type": "application/json"})

@@ -73,7 +73,9 @@ class Stats:
             for name, value in counts.items():
                 setattr(self, name, getattr(self, name) + value)
 
-    def served(self, client: str, url: str | None, nbytes: int, *, once: bool) -> None:
+    def served(self, client: str, url: str | None, nbytes: int, *, once: bool, whole: int | None = None) -> None:
+        """WHOLE: the file's size where a range of it was served (alone, the client would have cost
+        upstream the whole file once, whatever ranges it asked for)."""
         with self.lock:
             self.served_bytes += nbytes
             entry = self.clients.setdefault(client, {"served_bytes": 0, "distinct": {}, "repeated": 0})
@@ -81,7 +83,7 @@ class Stats:
             if url is None:
                 return
             if once:
-                entry["distinct"][url] = nbytes
+                entry["distinct"][url] = max(entry["distinct"].get(url, 0), whole or nbytes)
             else:
                 entry["repeated"] += nbytes
 
@@ -220,6 +222,21 @@ class Cache:
                 self._inflight.pop(str(job.final), None)
 
     # --- what clients get -------------------------------------------------------------------------
+    def complete(self, url: str) -> Path | None:
+        """The cached copy of an immutable file, where it is complete on disk (ranges of it can be served)."""
+        final = self.directory / cache_key(url)
+        return final if final.is_file() else None
+
+    @staticmethod
+    def read_range(path: Path, start: int, end: int) -> Iterator[bytes]:
+        """Bytes START to END (inclusive) of a file, in chunks."""
+        with path.open("rb") as f:
+            f.seek(start)
+            left = end - start + 1
+            while left > 0 and (chunk := f.read(min(CHUNK, left))):
+                left -= len(chunk)
+                yield chunk
+
     def cached(self, url: str) -> tuple[int, Iterator[bytes]]:
         """(length, chunks) of an immutable file, from disk or from the shared download."""
         final = self.directory / cache_key(url)

@@ -179,6 +179,39 @@ def test_pypi_pages_point_at_the_cache_and_files_are_kept(servers: tuple[str, st
     assert Upstream.hits["/files/ab/cd/demo-1.0-py3-none-any.whl"] == 1
 
 
+def _ranged(url: str, span: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, headers={"Range": span} if span else {}, method=method)  # noqa: S310 - the test's own servers
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the test's own servers
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), b""
+
+
+def test_a_kept_file_is_served_in_the_ranges_asked_for_as_pypi_s_file_host_does(
+    servers: tuple[str, str, cache.Cache],
+) -> None:
+    # uv reads a wheel's metadata from the end of the file with range requests (a HEAD first, for
+    # Accept-Ranges): without them it streams the whole wheel, torch's 906 MB, to resolve.
+    _, base, c = servers
+    url = f"{base}/pypi/files/ab/cd/demo-1.0-py3-none-any.whl"
+    status, headers, body = _ranged(url, "bytes=0-4")
+    assert (status, body) == (200, b"wheel bytes")  # not whole in the cache yet: all of it, from the start
+    assert "Accept-Ranges" not in headers
+    status, headers, _ = _ranged(url, "", method="HEAD")
+    assert (status, headers["Accept-Ranges"], headers["Content-Length"]) == (200, "bytes", "11")
+    assert _ranged(url, "bytes=0-4")[::2] == (206, b"wheel")
+    status, headers, body = _ranged(url, "bytes=-5")
+    assert (status, body, headers["Content-Range"]) == (206, b"bytes", "bytes 6-10/11")
+    assert _ranged(url, "bytes=6-")[::2] == (206, b"bytes")
+    assert _ranged(url, "bytes=6-400")[::2] == (206, b"bytes")
+    assert _ranged(url, "bytes=11-")[0] == 416
+    assert _ranged(url, "bytes=0-1,4-5")[::2] == (200, b"wheel bytes")  # several ranges: the whole file
+    assert Upstream.hits["/files/ab/cd/demo-1.0-py3-none-any.whl"] == 1
+    # What this client alone would have cost upstream: the file once, whole.
+    assert c.stats.snapshot()["clients"]["127.0.0.1"]["alone_bytes"] == 11
+
+
 def test_upstream_errors_reach_the_client_and_are_not_cached(servers: tuple[str, str, cache.Cache]) -> None:
     upstream, proxy, c = servers
     url = f"{upstream}/debian/pool/main/g/gone/gone_1.0_amd64.deb"
