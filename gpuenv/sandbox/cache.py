@@ -73,10 +73,11 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     if first == "":  # the last N bytes
         return (max(size - int(last), 0), size - 1) if int(last) > 0 and size > 0 else (-1, -1)
     start = int(first)
-    end = min(int(last), size - 1) if last else size - 1
-    if start >= size or end < start:
+    if last and int(last) < start:  # not a range at all: ignored, as RFC 9110 says
+        return None
+    if start >= size:
         return (-1, -1)
-    return start, end
+    return start, min(int(last), size - 1) if last else size - 1
 
 
 class Handler(BaseHTTPRequestHandler):

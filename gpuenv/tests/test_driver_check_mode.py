@@ -131,16 +131,19 @@ def test_the_stamp_keeps_the_packages_the_plan_named_for_a_converged_re_run(
         "main_package": "nvidia-open",
         "version_package": "libnvidia-compute*",
         "pkg_mgr": "apt",
+        "repository": NVIDIA + "ubuntu2404/x86_64/",
     }
     assert kept["debian12-tesla"]["stamp_keeps"]["nvidia_driver"] == {
         "main_package": "nvidia-tesla-535-kernel-dkms",
         "version_package": "libnvidia-tesla-535-cuda1",
         "pkg_mgr": "apt",
+        "repository": "",
     }
     assert kept["debian12"]["stamp_keeps"]["nvidia_driver"] == {
         "main_package": "nvidia-open-kernel-dkms",
         "version_package": "libcuda1",
         "pkg_mgr": "apt",
+        "repository": "",
     }
     assert kept["rocky9"]["stamp_keeps"]["nvidia_driver"]["pkg_mgr"] == "dnf"
 

@@ -38,10 +38,10 @@ def _play(tmp_path: Path, venv_env: dict[str, str], check: dict[str, Any], cpu: 
             "hosts": "localhost",
             "gather_facts": False,
             "tasks": [
-                {"gpuenv_preflight": {"check": check, "cpu_build": cpu}},
+                {"gpuenv_preflight": {"check": check, "cpu_build": cpu}, "register": "out"},
                 {
                     "ansible.builtin.copy": {
-                        "content": "{{ gpu_stack_resolved | to_json }}",
+                        "content": "{{ out.resolved | to_json }}",
                         "dest": str(tmp_path / "r.json"),
                     }
                 },

@@ -41,9 +41,11 @@ def _play(
     *extra: str,
     path_prefix: Path | None = None,
     playbook: str = "playbooks/preflight.yml",
+    inject_facts: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     env = dict(venv_env)
     env["ANSIBLE_NOCOLOR"] = "1"
+    env["ANSIBLE_INJECT_FACT_VARS"] = str(inject_facts)
     env["ANSIBLE_LOCAL_TEMP"] = str(inv.parent / "ansible-tmp")
     if path_prefix is not None:
         env["PATH"] = f"{path_prefix}{os.pathsep}{env['PATH']}"
@@ -100,8 +102,11 @@ def test_a_cpu_build_asked_for_is_what_the_resolved_stack_expects(tmp_path: Path
             ]
         )
     )
-    for cpu in (False, True):
-        run = _play(venv_env, inv, "-e", f"gpu_stack_torch_cpu={cpu}", playbook=str(play))
+    # The resolved stack is a variable of the host whether or not Ansible injects facts as variables
+    # (inject_facts_as_vars = False, which sites set; an action's facts would be hidden then).
+    for cpu, inject in ((False, True), (True, True), (True, False)):
+        (tmp_path / "resolved.json").unlink(missing_ok=True)
+        run = _play(venv_env, inv, "-e", f"gpu_stack_torch_cpu={cpu}", playbook=str(play), inject_facts=inject)
         assert run.returncode == 0, run.stdout
         resolved = json.loads((tmp_path / "resolved.json").read_text())
         assert resolved["torch"] == "2.5.1"

@@ -206,6 +206,7 @@ def test_a_kept_file_is_served_in_the_ranges_asked_for_as_pypi_s_file_host_does(
     assert _ranged(url, "bytes=6-")[::2] == (206, b"bytes")
     assert _ranged(url, "bytes=6-400")[::2] == (206, b"bytes")
     assert _ranged(url, "bytes=11-")[0] == 416
+    assert _ranged(url, "bytes=5-3")[::2] == (200, b"wheel bytes")  # last before first: no range, ignored
     assert _ranged(url, "bytes=0-1,4-5")[::2] == (200, b"wheel bytes")  # several ranges: the whole file
     assert Upstream.hits["/files/ab/cd/demo-1.0-py3-none-any.whl"] == 1
     # What this client alone would have cost upstream: the file once, whole.

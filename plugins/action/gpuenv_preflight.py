@@ -1,10 +1,12 @@
 """Action plugin gpuenv_preflight: the preflight's verdict in one task on the controller.
 
 The check itself is the gpuenv_check_stack filter, templated in the task's `check` argument. This
-plugin refuses a stack the check failed, with the check's report, or publishes the resolved stack
-(gpu_stack_resolved) and the check (gpu_stack_check) as the host's facts and prints the verdict.
-Before, that was an assert and two set_fact tasks, each a worker per host on the controller: on a
-no-op re-run of a fleet the preflight is what every host pays.
+plugin refuses a stack the check failed, with the check's report, or returns the resolved stack
+(`resolved`, a CPU build's without CUDA) and prints the verdict; a set_fact publishes it. Not as
+facts of this result: Ansible keeps an action's facts as host facts, which
+inject_facts_as_vars = False hides from the roles (and ansible-core 2.20 deprecates reading them
+as top-level names). Before, that was an assert and two set_fact tasks, each a worker per host on
+the controller: on a no-op re-run of a fleet the preflight is what every host pays.
 """
 
 from __future__ import annotations
@@ -50,9 +52,5 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # Ansible's base class is
             result.update(failed=True, msg=out["msg"])
             return result
         resolved = {**out["stack"], **(CPU_BUILD if args["cpu_build"] else {})}
-        result.update(
-            changed=False,
-            msg=out["msg"],
-            ansible_facts={"gpu_stack_check": check, "gpu_stack_resolved": resolved},
-        )
+        result.update(changed=False, msg=out["msg"], check=check, resolved=resolved)
         return result

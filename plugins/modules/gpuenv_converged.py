@@ -50,7 +50,7 @@ options:
     type: path
     default: /var/lib/gpuenv/converged.json
   inputs:
-    description: The digest of the run's inputs, from the controller (gpuenv_converged_inputs).
+    description: The digest of the run's inputs, computed on the controller (the gpuenv_digest filter).
     type: str
     required: true
   watch:
@@ -103,7 +103,7 @@ options:
 EXAMPLES = r"""
 - name: Compare the host with its last complete run
   gpuenv_converged:
-    inputs: "{{ converged_inputs }}"
+    inputs: "{{ {'code': code_digest, 'stack': gpu_stack_resolved} | gpuenv_digest }}"
     watch: [/usr/local, /var/lib/dpkg/status, /etc/apt/sources.list.d]
     walk: [/opt/gpuenv/cuda, /opt/gpuenv/envs]
     read: [/sys/module/nvidia/version]
