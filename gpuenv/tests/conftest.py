@@ -66,9 +66,8 @@ def check_mode_plans(
         msg = json.loads(body).get("msg")
         if status == "FAILED!":
             failures[host] = str(msg)
-        elif isinstance(msg, dict) and (plan_key in msg or "stamp_keeps" in msg):
-            # The plan, and what site.yml's stamp keeps of it where the playbook shows that too.
-            plans.setdefault(host, {}).update(msg)
+        elif isinstance(msg, dict) and plan_key in msg:
+            plans[host] = msg
     return run, plans, failures
 
 

@@ -25,8 +25,8 @@ ARGUMENT_SPEC = {
 
 
 def verdict(check: dict[str, Any]) -> dict[str, Any]:
-    """The task's result for the check's result: failed with its report, or the facts to publish
-    and the verdict (with the warnings under it, where there are any)."""
+    """The task's result for the check's result: failed with its report, or the resolved stack and
+    the verdict (with the warnings under it, where there are any)."""
     lines = str(check.get("text") or "").split("\n")
     if not check.get("ok"):
         return {"failed": True, "msg": lines}

@@ -344,7 +344,8 @@ def main() -> None:
 def gather_facts(module: AnsibleModule, subsets: list[str]) -> dict[str, object]:
     """Ansible's facts of these subsets, collected as the setup module collects them (its collectors,
     its names: ansible_distribution and so on), and no others."""
-    # Imported here: the collectors are a large package that only a gathering run needs to load.
+    # Imported here, so that only a gathering run loads the collectors on the host. Ansible ships
+    # them with every run of this module all the same (its packager finds imports anywhere).
     from ansible.module_utils.facts import ansible_collector, default_collectors  # noqa: PLC0415
     from ansible.module_utils.facts.namespace import PrefixFactNamespace  # noqa: PLC0415
 
