@@ -26,11 +26,14 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "Record the checked stack on each host",
         ),
     ),
-    ("driver", ("Install the NVIDIA driver", "Install the GPU services")),
+    # The driver's two plays; site.yml runs the CUDA and environment stages between them (the
+    # install in the background), so its time is the sum of the two, the wait for the install
+    # included, not the install's own time.
+    ("driver", ("Install the NVIDIA driver", "Finish the NVIDIA driver stage", "Install the GPU services")),
     # The CUDA stage's two plays; site.yml runs the environment's between them (cuDNN's unpack in the
     # background), so its time is the sum of the two.
     ("cuda", ("Install the CUDA toolkit and cuDNN", "Finish the CUDA stage")),
-    ("env", ("Build the PyTorch environment",)),
+    ("env", ("Install what the PyTorch environment takes from the OS", "Build the PyTorch environment")),
     ("verify", ("Verify each host", "Write the fleet report", "Stamp each verified host for the next run")),
 )
 

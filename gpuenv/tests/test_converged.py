@@ -168,4 +168,4 @@ def test_site_yml_compares_after_the_preflight_skips_each_stage_and_verifies_and
 def test_a_rollout_runs_every_stage_and_neither_compares_nor_stamps() -> None:
     steps = stage_steps(REPO / "playbooks", STAGE_VARS)
     assert "converged" not in {step["role"] for step in steps}
-    assert [step["role"] for step in steps][:2] == ["stack_record", "nvidia_driver"]
+    assert [step["role"] for step in steps][:3] == ["stack_record", "pytorch_env", "nvidia_driver"]

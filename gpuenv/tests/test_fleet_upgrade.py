@@ -134,19 +134,24 @@ def test_a_rollout_runs_site_yml_s_steps_in_its_order() -> None:
     steps = gpuenv_stage_steps(str(REPO / "playbooks"), _stage_vars())
     assert [(s["role"], s["tasks_from"]) for s in steps] == [
         ("stack_record", "main"),
+        ("pytorch_env", "packages"),
         ("nvidia_driver", "main"),
-        ("gpu_services", "main"),
         ("cuda_toolkit", "main"),
         ("cudnn", "main"),
         ("pytorch_env", "main"),
         ("cudnn", "join"),
         ("cuda_toolkit", "environment"),
+        ("nvidia_driver", "join"),
+        ("gpu_services", "main"),
         ("gpu_verify", "main"),
     ]
+    assert steps[2]["vars"] == {"nvidia_driver_background": True}
+    assert steps[2]["file"] == "playbooks/driver_start.yml"
     assert steps[3]["vars"] == {"cuda_toolkit_switch_default": False}
     assert steps[3]["file"] == steps[4]["file"] == "playbooks/cuda_build.yml"
     assert steps[4]["vars"] == {"cudnn_background": True}
     assert steps[6]["file"] == "playbooks/cuda_finish.yml"
+    assert steps[8]["file"] == "playbooks/driver_finish.yml"
 
 
 def _stage_vars() -> dict[str, Any]:

@@ -1,0 +1,84 @@
+"""The nvidia_driver role's join (tasks/join.yml): an install started in the background fails the
+host where it is joined, with the module's own message, and nothing after it runs (no module check,
+no reboot, no record); a host whose install ran in one go skips the join. site.yml starts the
+install in driver_start.yml and joins it in driver_finish.yml."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuenv.tests.conftest import run_tool
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _play(tmp_path: Path, background: bool) -> list[dict[str, object]]:
+    # What install-apt.yml's task runs: gpuenv_apt_pin, here with a pin apt does not offer, so that
+    # the module fails before it touches dpkg, under Ansible's async wrapper or in one go.
+    start: dict[str, object] = {
+        "name": "Start an install that will fail",
+        "gpuenv_apt_pin": {
+            "package": "nvidia-driver",
+            "offered": {"nvidia-driver": "535.247.01-1~deb12u1"},
+            "pin": "550",
+            "packages": ["nvidia-driver"],
+        },
+        "register": "nvidia_driver_register_install",
+        "ignore_errors": not background,
+    }
+    if background:
+        start.update({"async": 60, "poll": 0})
+    return [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                start,
+                {
+                    "name": "Join it",
+                    "ansible.builtin.include_role": {"name": "nvidia_driver", "tasks_from": "join.yml"},
+                },
+                {
+                    "name": "Mark that the join let the play go on",
+                    "ansible.builtin.copy": {"content": "went on\n", "dest": str(tmp_path / "after"), "mode": "0644"},
+                },
+            ],
+        }
+    ]
+
+
+def _run(tmp_path: Path, venv_env: dict[str, str], background: bool) -> str:
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(_play(tmp_path, background), sort_keys=False))
+    env = dict(venv_env, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
+    out = run_tool(
+        "ansible-playbook", "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"),
+        "-e", json.dumps({"ansible_python_interpreter": sys.executable}), env=env, timeout=180,
+    )  # fmt: skip
+    assert (out.returncode != 0) is background, out.stdout[-3000:]
+    return out.stdout
+
+
+@pytest.mark.ansible
+def test_a_background_install_that_failed_fails_the_host_at_the_join_with_its_message(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    out = _run(tmp_path, venv_env, background=True)
+    assert "nvidia_driver : Wait for the driver's install, started in the background" in out
+    assert "no version of nvidia-driver that apt offers matches 550" in out, out[-3000:]
+    # The host stopped there: no module check, no reboot, no record, nothing after the join.
+    assert "Read which driver is loaded" not in out
+    assert "Record what the driver role installed" not in out
+    assert not (tmp_path / "after").exists()
+
+
+@pytest.mark.ansible
+def test_an_install_that_ran_in_one_go_skips_the_join(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    out = _run(tmp_path, venv_env, background=False)
+    assert "no version of nvidia-driver that apt offers matches 550" in out  # the start's own failure
+    assert "Wait for the driver's install" not in out
+    assert (tmp_path / "after").read_text() == "went on\n"
