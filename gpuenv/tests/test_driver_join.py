@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+import jinja2
 import pytest
 import yaml
 
@@ -82,3 +84,32 @@ def test_an_install_that_ran_in_one_go_skips_the_join(tmp_path: Path, venv_env: 
     assert "no version of nvidia-driver that apt offers matches 550" in out  # the start's own failure
     assert "Wait for the driver's install" not in out
     assert (tmp_path / "after").read_text() == "went on\n"
+
+
+def _specs(role: str) -> dict[str, Any]:
+    specs = yaml.safe_load((REPO / "roles" / role / "meta/argument_specs.yml").read_text())
+    return dict(specs["argument_specs"]["main"]["options"])
+
+
+@pytest.mark.parametrize("where", ["playbooks/driver_start.yml", "roles/fleet_upgrade/vars/main.yml"])
+def test_the_install_goes_to_the_background_only_where_cuda_and_cudnn_take_nothing_from_apt(where: str) -> None:
+    # Their apt steps would wait for the background dpkg, and their holds race it. The expression
+    # names the roles' defaults (driver_start.yml's play does not load those roles): unset, each
+    # source is its role's default.
+    data = yaml.safe_load((REPO / where).read_text())
+    text = (
+        data[0]["roles"][0]["vars"]["nvidia_driver_background"]
+        if isinstance(data, list)
+        else data["fleet_upgrade_stage_vars"]["nvidia_driver_background"]
+    )
+    # An expression, not a template rendered into HTML: no escaping applies.
+    environment = jinja2.Environment(autoescape=False)  # noqa: S701
+    expression = environment.compile_expression(text.strip().removeprefix("{{").removesuffix("}}"))
+    apt_sources = {"debian", "nvidia_repo"}
+    cuda, cudnn = _specs("cuda_toolkit")["cuda_toolkit_source"], _specs("cudnn")["cudnn_source"]
+    for cuda_source in cuda["choices"]:
+        for cudnn_source in cudnn["choices"]:
+            wanted = cuda_source not in apt_sources and cudnn_source not in apt_sources
+            assert expression(cuda_toolkit_source=cuda_source, cudnn_source=cudnn_source) is wanted
+    defaults = (cuda["default"], cudnn["default"])
+    assert expression() is (defaults[0] not in apt_sources and defaults[1] not in apt_sources) is True
