@@ -221,22 +221,3 @@ def test_hold_false_releases_the_holds(monkeypatch: pytest.MonkeyPatch, capsys: 
     assert out["held"] == DRIVER
     assert fake.data[-1] == "".join(f"{name} install\n" for name in DRIVER)
     assert call(monkeypatch, capsys, fake, packages=DRIVER, hold=False)["changed"] is False
-
-
-def test_nice_sets_the_priority_apt_dpkg_and_the_build_inherit(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # The module's own process, before apt runs: what it starts inherits it.
-    calls: list[tuple[int, int, int]] = []
-    monkeypatch.setattr(mod.os, "setpriority", lambda which, who, value: calls.append((which, who, value)))
-    fake = FakeDpkg()
-    out = call(monkeypatch, capsys, fake, packages=DRIVER, extra=[HEADERS], nice=-10)
-    assert out["changed"] is True
-    assert calls == [(mod.os.PRIO_PROCESS, 0, -10)]
-    calls.clear()
-    call(monkeypatch, capsys, FakeDpkg(), packages=DRIVER)  # 0, the default: left as it is
-    assert calls == []
-    bad = call(monkeypatch, capsys, FakeDpkg(), packages=DRIVER, nice=-21)
-    assert bad["failed"] is True
-    assert "give one from -20 to 19" in bad["msg"]
-    assert calls == []

@@ -4,7 +4,6 @@ held; the driver role's pin-and-hold in one step instead of a chain of tasks."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -82,13 +81,6 @@ options:
     description: Seconds apt waits for dpkg's lock (held by apt-daily or unattended-upgrades).
     type: int
     default: 120
-  nice:
-    description:
-      - The scheduling priority (nice value, -20 to 19) of the install, apt, dpkg and the DKMS build
-        it runs included. Below 0 where it runs in the background beside other work that can wait
-        (the role's background install), so that the build keeps the CPU.
-    type: int
-    default: 0
 """
 
 EXAMPLES = r"""
@@ -260,15 +252,9 @@ def main() -> None:
             "hold": {"type": "bool", "default": True},
             "state": {"type": "str", "choices": ["present", "query"], "default": "present"},
             "lock_timeout": {"type": "int", "default": 120},
-            "nice": {"type": "int", "default": 0},
         },
         supports_check_mode=True,
     )
-    if not -20 <= module.params["nice"] <= 19:
-        module.fail_json(msg=f"nice {module.params['nice']} is not a nice value: give one from -20 to 19")
-    if module.params["nice"]:
-        # This process and what it starts (apt, dpkg, DKMS's compilers) inherit it.
-        os.setpriority(os.PRIO_PROCESS, 0, module.params["nice"])
     try:
         result = run(module, module.params)
     except PinError as exc:
