@@ -91,25 +91,19 @@ def _specs(role: str) -> dict[str, Any]:
     return dict(specs["argument_specs"]["main"]["options"])
 
 
-@pytest.mark.parametrize("where", ["playbooks/driver_start.yml", "roles/fleet_upgrade/vars/main.yml"])
-def test_the_install_goes_to_the_background_only_where_cuda_and_cudnn_take_nothing_from_apt(where: str) -> None:
+def test_the_install_goes_to_the_background_only_where_cuda_and_cudnn_take_nothing_from_apt() -> None:
     # Their apt steps would wait for the background dpkg, and their holds race it. The expression
-    # names the roles' defaults (driver_start.yml's play does not load those roles): unset, each
-    # source is its role's default.
-    data = yaml.safe_load((REPO / where).read_text())
-    text = (
-        data[0]["roles"][0]["vars"]["nvidia_driver_background"]
-        if isinstance(data, list)
-        else data["fleet_upgrade_stage_vars"]["nvidia_driver_background"]
-    )
+    # names the roles' defaults (the driver's role does not load those roles): unset, each source is
+    # its role's default.
+    text = yaml.safe_load((REPO / "roles/nvidia_driver/vars/main.yml").read_text())["__nvidia_driver_apt_beside"]
     # An expression, not a template rendered into HTML: no escaping applies.
     environment = jinja2.Environment(autoescape=False)  # noqa: S701
-    expression = environment.compile_expression(text.strip().removeprefix("{{").removesuffix("}}"))
+    beside = environment.compile_expression(text.strip().removeprefix("{{").removesuffix("}}"))
     apt_sources = {"debian", "nvidia_repo"}
     cuda, cudnn = _specs("cuda_toolkit")["cuda_toolkit_source"], _specs("cudnn")["cudnn_source"]
     for cuda_source in cuda["choices"]:
         for cudnn_source in cudnn["choices"]:
-            wanted = cuda_source not in apt_sources and cudnn_source not in apt_sources
-            assert expression(cuda_toolkit_source=cuda_source, cudnn_source=cudnn_source) is wanted
-    defaults = (cuda["default"], cudnn["default"])
-    assert expression() is (defaults[0] not in apt_sources and defaults[1] not in apt_sources) is True
+            wanted = cuda_source in apt_sources or cudnn_source in apt_sources
+            assert beside(cuda_toolkit_source=cuda_source, cudnn_source=cudnn_source) is wanted
+    # Unset, each source is its role's default (which takes nothing from apt: site.yml's common case).
+    assert beside() is beside(cuda_toolkit_source=cuda["default"], cudnn_source=cudnn["default"]) is False
