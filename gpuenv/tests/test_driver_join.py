@@ -107,3 +107,60 @@ def test_the_install_goes_to_the_background_only_where_cuda_and_cudnn_take_nothi
             assert beside(cuda_toolkit_source=cuda_source, cudnn_source=cudnn_source) is wanted
     # Unset, each source is its role's default (which takes nothing from apt: site.yml's common case).
     assert beside() is beside(cuda_toolkit_source=cuda["default"], cudnn_source=cudnn["default"]) is False
+
+
+def _initramfs(tmp_path: Path, venv_env: dict[str, str], *, rebuilds: bool, written: bool, installed: bool) -> bool:
+    """initramfs.yml and the handler it notifies, on this machine: whether update-initramfs ran.
+    WRITTEN: change.yml wrote the blacklist before the install (changed); INSTALLED: the install
+    changed packages. The blacklist's path and update-initramfs are fakes under TMP_PATH."""
+    bin_dir, ran = tmp_path / "bin", tmp_path / "ran"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "update-initramfs"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {ran}\n')
+    fake.chmod(0o755)
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": {
+                "__nvidia_driver_install_rebuilds_initramfs": rebuilds,
+                "__nvidia_driver_pkg_mgr": "apt",
+                "nvidia_driver_register_host": {"commands": {"update-initramfs": str(fake), "dracut": None}},
+                # What change.yml's blacklist task registered: skipped where the packages never rebuild.
+                "nvidia_driver_register_blacklist": {"changed": written} if rebuilds else {"skipped": True},
+                "nvidia_driver_register_install": {"install": ["nvidia-kernel-dkms=1"] if installed else []},
+            },
+            "tasks": [
+                {"ansible.builtin.include_role": {"name": "nvidia_driver", "tasks_from": "initramfs.yml"}},
+                {"ansible.builtin.meta": "flush_handlers"},
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    env = dict(venv_env, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    extra = {"ansible_python_interpreter": sys.executable, "__nvidia_driver_blacklist_path": str(tmp_path / "bl.conf")}
+    out = run_tool(
+        "ansible-playbook", "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"), "-e", json.dumps(extra),
+        env=env, timeout=180,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:]
+    done = ran.exists()
+    if done:
+        assert ran.read_text() == "-u -k all\n"
+        ran.unlink()
+    return done
+
+
+@pytest.mark.ansible
+def test_the_initramfs_follows_the_blacklist_once_the_install_is_done(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    # Written before the install, whose packages rebuild the initramfs: rebuilt here only when they did not.
+    assert _initramfs(tmp_path, venv_env, rebuilds=True, written=True, installed=False)
+    assert not _initramfs(tmp_path, venv_env, rebuilds=True, written=True, installed=True)
+    assert not _initramfs(tmp_path, venv_env, rebuilds=True, written=False, installed=False)
+    assert not (tmp_path / "bl.conf").exists()  # change.yml's to write there
+    # Packages that never rebuild it: the blacklist is written here, after the install, and rebuilt;
+    # a run that failed before this point wrote none, so the next one writes it and rebuilds.
+    assert _initramfs(tmp_path, venv_env, rebuilds=False, written=False, installed=True)
+    assert "blacklist nouveau" in (tmp_path / "bl.conf").read_text()
+    assert not _initramfs(tmp_path, venv_env, rebuilds=False, written=False, installed=False)
