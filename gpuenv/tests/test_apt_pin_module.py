@@ -7,6 +7,8 @@ installed, nvidia-kernel-dkms known but not installed and the kernel's headers u
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +35,14 @@ class FakeDpkg:
     """dpkg-query, apt-get install and dpkg --set-selections over one package database, which starts
     as the saved output says; dpkg-query answers the saved text itself while nothing has changed."""
 
-    def __init__(self, *, apt_fails: str = "") -> None:
+    def __init__(self, *, apt_fails: str = "", scripts: tuple[list[str], ...] = ()) -> None:
         self.db = hostparse.parse_dpkg_query(DPKG_SAVED)
         self.changed = False
         self.apt_fails = apt_fails
+        # Commands the install's maintainer scripts run, with PATH apt's DPkg::Path where the call
+        # sets it (apt sets dpkg's PATH to it, whatever its own; here the test's PATH stands in for
+        # apt's default, which would find no fake update-initramfs).
+        self.scripts = scripts
         self.commands: list[list[str]] = []
         self.data: list[str] = []
 
@@ -71,6 +77,10 @@ class FakeDpkg:
                 want = "h" if self.db.get(name, {}).get("want") == "h" else "i"
                 self.db[name] = {"want": want, "state": "i", "version": version or "1"}
             self.changed = True
+            paths = [a.removeprefix("DPkg::Path=") for a in argv if a.startswith("DPkg::Path=")]
+            env = {**os.environ, "PATH": paths[-1] if paths else os.environ["PATH"]}
+            for script in self.scripts:
+                subprocess.run(script, env=env, check=True)
             return 0, "", ""
         if argv == ["dpkg", "--set-selections"]:
             self.data.append(data or "")
@@ -221,3 +231,55 @@ def test_hold_false_releases_the_holds(monkeypatch: pytest.MonkeyPatch, capsys: 
     assert out["held"] == DRIVER
     assert fake.data[-1] == "".join(f"{name} install\n" for name in DRIVER)
     assert call(monkeypatch, capsys, fake, packages=DRIVER, hold=False)["changed"] is False
+
+
+# --- the initramfs updates the packages ask for, held until the install is done -----------------
+def fake_update_initramfs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An update-initramfs first on PATH that appends its arguments to the file it returns."""
+    bin_dir, ran = tmp_path / "sbin", tmp_path / "ran"
+    bin_dir.mkdir()
+    real = bin_dir / "update-initramfs"
+    real.write_text(f'#!/bin/sh\necho "$@" >> {ran}\n')
+    real.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return ran
+
+
+def test_the_packages_updates_of_the_initramfs_are_held_and_marked_a_kernels_own_image_is_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ran = fake_update_initramfs(monkeypatch, tmp_path)
+    marker = tmp_path / "state" / "initramfs-pending"  # its directory is created
+    # initramfs-tools' trigger, three times as Debian's driver packages activate it, and a kernel's postinst.
+    update, create = ["update-initramfs", "-u"], ["update-initramfs", "-c", "-k", "6.1.0-50-amd64"]
+    scripts = (update, update, create)
+    fake = FakeDpkg(scripts=scripts)
+    out = call(monkeypatch, capsys, fake, packages=DRIVER, initramfs_marker=str(marker))
+    assert out["initramfs_pending"] is True
+    assert marker.exists()
+    assert ran.read_text() == "-c -k 6.1.0-50-amd64\n"  # only the new kernel's image was made
+    assert not [p for p in marker.parent.iterdir() if p != marker]  # the shim's directory is gone
+    # A later run with nothing to install still reports the update pending until the role makes it.
+    assert call(monkeypatch, capsys, fake, packages=DRIVER, initramfs_marker=str(marker))["initramfs_pending"]
+    marker.unlink()
+    assert call(monkeypatch, capsys, fake, packages=DRIVER, initramfs_marker=str(marker))["initramfs_pending"] is False
+
+
+def test_without_a_marker_the_updates_run_as_asked_and_nothing_is_held_without_the_tool_or_in_check_mode(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ran = fake_update_initramfs(monkeypatch, tmp_path)
+    out = call(monkeypatch, capsys, FakeDpkg(scripts=(["update-initramfs", "-u"],)), packages=DRIVER)
+    assert out["initramfs_pending"] is False
+    assert ran.read_text() == "-u\n"
+    with mod.initramfs_held(None) as options:
+        assert options == []
+    with mod.initramfs_held(str(tmp_path / "m")) as options:
+        assert options[0] == "-o"
+        assert Path(options[1].removeprefix("DPkg::Path=").split(":")[0], "update-initramfs").exists()
+    # A host without update-initramfs (dracut's): nothing to hold.
+    monkeypatch.setattr(mod.shutil, "which", lambda *_, **__: None)
+    with mod.initramfs_held(str(tmp_path / "m")) as options:
+        assert options == []
+    out = call(monkeypatch, capsys, FakeDpkg(), packages=DRIVER, initramfs_marker=str(tmp_path / "m"), check=True)
+    assert out["initramfs_pending"] is False

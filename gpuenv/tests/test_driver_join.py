@@ -109,26 +109,25 @@ def test_the_install_goes_to_the_background_only_where_cuda_and_cudnn_take_nothi
     assert beside() is beside(cuda_toolkit_source=cuda["default"], cudnn_source=cudnn["default"]) is False
 
 
-def _initramfs(tmp_path: Path, venv_env: dict[str, str], *, rebuilds: bool, written: bool, installed: bool) -> bool:
+def _initramfs(tmp_path: Path, venv_env: dict[str, str], *, pending: bool) -> bool:
     """initramfs.yml and the handler it notifies, on this machine: whether update-initramfs ran.
-    WRITTEN: change.yml wrote the blacklist before the install (changed); INSTALLED: the install
-    changed packages. The blacklist's path and update-initramfs are fakes under TMP_PATH."""
-    bin_dir, ran = tmp_path / "bin", tmp_path / "ran"
+    PENDING: the install's module reported a held update (its marker, a file under TMP_PATH, exists
+    then). The blacklist's path and update-initramfs are fakes under TMP_PATH too."""
+    bin_dir, ran, marker = tmp_path / "bin", tmp_path / "ran", tmp_path / "pending"
     bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "update-initramfs"
     fake.write_text(f'#!/bin/sh\necho "$@" >> {ran}\n')
     fake.chmod(0o755)
+    if pending:
+        marker.touch()
     play = [
         {
             "hosts": "localhost",
             "gather_facts": False,
             "vars": {
-                "__nvidia_driver_install_rebuilds_initramfs": rebuilds,
                 "__nvidia_driver_pkg_mgr": "apt",
                 "nvidia_driver_register_host": {"commands": {"update-initramfs": str(fake), "dracut": None}},
-                # What change.yml's blacklist task registered: skipped where the packages never rebuild.
-                "nvidia_driver_register_blacklist": {"changed": written} if rebuilds else {"skipped": True},
-                "nvidia_driver_register_install": {"install": ["nvidia-kernel-dkms=1"] if installed else []},
+                "nvidia_driver_register_install": {"install": [], "initramfs_pending": pending},
             },
             "tasks": [
                 {"ansible.builtin.include_role": {"name": "nvidia_driver", "tasks_from": "initramfs.yml"}},
@@ -139,28 +138,36 @@ def _initramfs(tmp_path: Path, venv_env: dict[str, str], *, rebuilds: bool, writ
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     env = dict(venv_env, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    extra = {"ansible_python_interpreter": sys.executable, "__nvidia_driver_blacklist_path": str(tmp_path / "bl.conf")}
+    extra = {
+        "ansible_python_interpreter": sys.executable,
+        "__nvidia_driver_blacklist_path": str(tmp_path / "bl.conf"),
+        "__nvidia_driver_initramfs_marker": str(marker),
+    }
     out = run_tool(
         "ansible-playbook", "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"), "-e", json.dumps(extra),
         env=env, timeout=180,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:]
+    assert "blacklist nouveau" in (tmp_path / "bl.conf").read_text()
     done = ran.exists()
     if done:
-        assert ran.read_text() == "-u -k all\n"
+        assert ran.read_text() == "-u -k all\n"  # once, for every kernel
         ran.unlink()
+    # The update made, the marker goes; where none was made, a marker would stay for the next run.
+    assert not marker.exists() or not done
     return done
 
 
 @pytest.mark.ansible
-def test_the_initramfs_follows_the_blacklist_once_the_install_is_done(tmp_path: Path, venv_env: dict[str, str]) -> None:
-    # Written before the install, whose packages rebuild the initramfs: rebuilt here only when they did not.
-    assert _initramfs(tmp_path, venv_env, rebuilds=True, written=True, installed=False)
-    assert not _initramfs(tmp_path, venv_env, rebuilds=True, written=True, installed=True)
-    assert not _initramfs(tmp_path, venv_env, rebuilds=True, written=False, installed=False)
-    assert not (tmp_path / "bl.conf").exists()  # change.yml's to write there
-    # Packages that never rebuild it: the blacklist is written here, after the install, and rebuilt;
-    # a run that failed before this point wrote none, so the next one writes it and rebuilds.
-    assert _initramfs(tmp_path, venv_env, rebuilds=False, written=False, installed=True)
-    assert "blacklist nouveau" in (tmp_path / "bl.conf").read_text()
-    assert not _initramfs(tmp_path, venv_env, rebuilds=False, written=False, installed=False)
+def test_the_initramfs_is_updated_once_after_the_install_for_what_it_held_and_the_blacklist(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    # A first run: the blacklist is new and the install held the packages' updates: one update.
+    assert _initramfs(tmp_path, venv_env, pending=True)
+    # Nothing held and the blacklist as it was: none.
+    assert not _initramfs(tmp_path, venv_env, pending=False)
+    # A marker an earlier run left (it died before its update), or a driver upgrade's held update.
+    assert _initramfs(tmp_path, venv_env, pending=True)
+    # A blacklist changed by hand (or lost): written back, and updated.
+    (tmp_path / "bl.conf").write_text("# edited\n")
+    assert _initramfs(tmp_path, venv_env, pending=False)

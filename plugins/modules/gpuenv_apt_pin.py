@@ -4,6 +4,12 @@ held; the driver role's pin-and-hold in one step instead of a chain of tasks."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -81,6 +87,15 @@ options:
     description: Seconds apt waits for dpkg's lock (held by apt-daily or unattended-upgrades).
     type: int
     default: 120
+  initramfs_marker:
+    description:
+      - Hold the initramfs updates (C(update-initramfs -u)) that the packages ask for during the
+        install, and create this file instead, for the caller to update it once afterwards and then
+        remove the file. Debian's driver packages ask three times (initramfs-tools' trigger, run
+        after each batch apt configures), 13-20 s each. The file outlives a run that dies before the
+        update; C(initramfs_pending) reports it. C(update-initramfs -c) and C(-d) (a kernel's own
+        image) still run at once. Unset, nothing is held.
+    type: path
 """
 
 EXAMPLES = r"""
@@ -118,6 +133,11 @@ install:
 held:
   description: The packages whose selection became hold (with I(hold=false), install).
   type: list
+initramfs_pending:
+  description:
+    - Whether I(initramfs_marker) exists after the run - an update this install held, or one an
+      earlier run held and never made. False when I(initramfs_marker) is unset.
+  type: bool
 """
 
 
@@ -152,7 +172,54 @@ def describe(status: dict[str, dict[str, str]], names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def apt_install(module: Any, names: list[str], lock_timeout: int) -> None:
+# The stand-in update-initramfs that dpkg's scripts find first on PATH: an update (-u, what
+# initramfs-tools' trigger and the packages' scripts run) only creates the marker; anything else
+# (-c, -d: a kernel's own image) runs the real one. Where the marker cannot be written, the real
+# update runs: nothing is held that is not recorded.
+INITRAMFS_SHIM = """#!/bin/sh
+for arg in "$@"; do
+    if [ "$arg" = -u ] && mkdir -p {marker_dir} && : > {marker}; then
+        echo "update-initramfs: held until the install is done ({marker} records it)"
+        exit 0
+    fi
+done
+exec {real} "$@"
+"""
+
+
+# apt runs dpkg with PATH set to its DPkg::Path, this by default (apt-pkg's dpkgpm.cc), whatever
+# its own PATH is.
+DPKG_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@contextmanager
+def initramfs_held(marker: str | None) -> Iterator[list[str]]:
+    """apt's options under which update-initramfs -u only creates MARKER: DPkg::Path with a
+    directory holding INITRAMFS_SHIM first, removed afterwards. None where nothing is to be held (no
+    MARKER, or no update-initramfs: a dracut host), or where the shim could not run: its directory
+    sits beside the marker, not in /tmp, which hardened hosts mount noexec; where that is noexec too,
+    the updates run as the packages ask."""
+    path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    real = shutil.which("update-initramfs", path=f"{path}:/usr/sbin:/sbin")
+    if not marker or real is None:
+        yield []
+        return
+    marker_dir = os.path.dirname(marker)
+    os.makedirs(marker_dir, mode=0o755, exist_ok=True)
+    if os.statvfs(marker_dir).f_flag & os.ST_NOEXEC:
+        yield []
+        return
+    # Private (0700); its user is root, as apt's scripts are. A job killed mid-install leaves it.
+    with tempfile.TemporaryDirectory(prefix=".initramfs-shim-", dir=marker_dir) as shim_dir:
+        shim = os.path.join(shim_dir, "update-initramfs")
+        with open(shim, "w", encoding="utf-8") as f:
+            q = shlex.quote
+            f.write(INITRAMFS_SHIM.format(marker=q(marker), marker_dir=q(marker_dir), real=q(real)))
+        os.chmod(shim, 0o700)
+        yield ["-o", f"DPkg::Path={shim_dir}:{DPKG_PATH}"]
+
+
+def apt_install(module: Any, names: list[str], lock_timeout: int, marker: str | None = None) -> None:
     """apt-get as Ansible's apt module runs it for these settings (no recommends, a downgrade and a
     held package allowed, the configuration files dpkg would ask about kept), or its simulation."""
     argv = [
@@ -172,9 +239,10 @@ def apt_install(module: Any, names: list[str], lock_timeout: int) -> None:
     ]
     if module.check_mode:
         argv.append("--simulate")
-    rc, out, err = module.run_command(
-        [*argv, *names], environ_update={"DEBIAN_FRONTEND": "noninteractive", "DEBIAN_PRIORITY": "critical"}
-    )
+    with initramfs_held(None if module.check_mode else marker) as held:
+        rc, out, err = module.run_command(
+            [*argv, *held, *names], environ_update={"DEBIAN_FRONTEND": "noninteractive", "DEBIAN_PRIORITY": "critical"}
+        )
     if rc != 0:
         raise PinError(f"{' '.join(argv[:2])} {' '.join(names)} failed (rc {rc}): {(err or out).strip()[-2000:]}")
 
@@ -207,7 +275,7 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
     install = dpkg_unsatisfied(before, wanted)
     after = before
     if install:
-        apt_install(module, install, p["lock_timeout"])
+        apt_install(module, install, p["lock_timeout"], p["initramfs_marker"])
         if not module.check_mode:
             # Read again: what apt installed, and the selections of packages new to dpkg (not held yet).
             after = dpkg_status(module, shown)
@@ -236,6 +304,7 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
         "install": install,
         "held": change,
         "diff": {"before": describe(before, shown), "after": describe(planned, shown)},
+        "initramfs_pending": bool(p["initramfs_marker"]) and os.path.exists(p["initramfs_marker"]),
     }
 
 
@@ -252,6 +321,7 @@ def main() -> None:
             "hold": {"type": "bool", "default": True},
             "state": {"type": "str", "choices": ["present", "query"], "default": "present"},
             "lock_timeout": {"type": "int", "default": 120},
+            "initramfs_marker": {"type": "path"},
         },
         supports_check_mode=True,
     )
