@@ -277,9 +277,14 @@ def test_without_a_marker_the_updates_run_as_asked_and_nothing_is_held_without_t
     with mod.initramfs_held(str(tmp_path / "m")) as options:
         assert options[0] == "-o"
         assert Path(options[1].removeprefix("DPkg::Path=").split(":")[0], "update-initramfs").exists()
+    # Check mode, where update-initramfs is there to hold: apt only simulates, with apt's own path.
+    fake = FakeDpkg()
+    out = call(monkeypatch, capsys, fake, packages=DRIVER, initramfs_marker=str(tmp_path / "m"), check=True)
+    assert out["initramfs_pending"] is False
+    (apt,) = apt_runs(fake)
+    assert "--simulate" in apt
+    assert not [a for a in apt if a.startswith("DPkg::Path=")]
     # A host without update-initramfs (dracut's): nothing to hold.
     monkeypatch.setattr(mod.shutil, "which", lambda *_, **__: None)
     with mod.initramfs_held(str(tmp_path / "m")) as options:
         assert options == []
-    out = call(monkeypatch, capsys, FakeDpkg(), packages=DRIVER, initramfs_marker=str(tmp_path / "m"), check=True)
-    assert out["initramfs_pending"] is False
