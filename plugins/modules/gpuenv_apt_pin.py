@@ -195,12 +195,12 @@ DPKG_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 @contextmanager
 def initramfs_held(marker: str | None) -> Iterator[list[str]]:
     """apt's options under which update-initramfs -u only creates MARKER: DPkg::Path with a
-    directory holding INITRAMFS_SHIM first, removed afterwards. None where nothing is to be held (no
+    directory holding INITRAMFS_SHIM first, removed afterwards. Empty where nothing is to be held (no
     MARKER, or no update-initramfs: a dracut host), or where the shim could not run: its directory
     sits beside the marker, not in /tmp, which hardened hosts mount noexec; where that is noexec too,
     the updates run as the packages ask."""
-    path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-    real = shutil.which("update-initramfs", path=f"{path}:/usr/sbin:/sbin")
+    # The real tool as the module's PATH finds it, else where dpkg's scripts would.
+    real = shutil.which("update-initramfs", path=f"{os.environ.get('PATH', DPKG_PATH)}:{DPKG_PATH}")
     if not marker or real is None:
         yield []
         return
