@@ -143,8 +143,18 @@ def open_either(part: Path, final: Path) -> BinaryIO:
         return final.open("rb")
 
 
+def _sendable(job: Download) -> int:
+    """How many bytes of a download a client may have now. The last byte waits until the file is
+    complete in the store under its final name: a client that has every byte has ended its
+    response, and whatever it asks next (a HEAD, a range) must find the file complete, not an
+    in-flight download about to be renamed. Call with job.cond held."""
+    if job.done or job.length is None:
+        return job.written
+    return min(job.written, job.length - 1)
+
+
 def _grown(job: Download, sent: int) -> bool:
-    return job.written > sent or job.done
+    return _sendable(job) > sent or job.done or job.error is not None
 
 
 class Cache:
@@ -203,7 +213,7 @@ class Cache:
                             job.cond.notify_all()
             if job.length is not None and job.written != job.length:
                 raise UpstreamError(502, f"{job.url}: upstream sent {job.written} of {job.length} bytes")
-            job.part.replace(job.final)
+            self._publish(job)
             self._log(job.url, job.written, "cached")
             with job.cond:
                 job.length = job.written
@@ -220,6 +230,11 @@ class Cache:
         finally:
             with self._lock:
                 self._inflight.pop(str(job.final), None)
+
+    @staticmethod
+    def _publish(job: Download) -> None:
+        """The part file becomes the final one: from here on the file is complete in the store."""
+        job.part.replace(job.final)
 
     # --- what clients get -------------------------------------------------------------------------
     def complete(self, url: str) -> Path | None:
@@ -281,7 +296,7 @@ class Cache:
                     job.cond.wait_for(functools.partial(_grown, job, sent), timeout=30)
                     if job.error is not None:
                         raise job.error
-                    available, done = job.written, job.done
+                    available, done = _sendable(job), job.done
                 if f is None:
                     f = stack.enter_context(open_either(job.part, job.final))
                 while sent < available:

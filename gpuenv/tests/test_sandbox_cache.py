@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import pytest
 
-from gpuenv.sandbox import cache
+from gpuenv.sandbox import cache, cache_store
 
 BIG = bytes(range(256)) * (6 * 4096)  # 6 MiB, sent slowly so that clients overlap
 SLOW_CHUNK = 256 * 1024
@@ -211,6 +211,40 @@ def test_a_kept_file_is_served_in_the_ranges_asked_for_as_pypi_s_file_host_does(
     assert Upstream.hits["/files/ab/cd/demo-1.0-py3-none-any.whl"] == 1
     # What this client alone would have cost upstream: the file once, whole.
     assert c.stats.snapshot()["clients"]["127.0.0.1"]["alone_bytes"] == 11
+
+
+def test_a_client_s_download_ends_only_once_the_file_is_complete_in_the_store(
+    servers: tuple[str, str, cache.Cache], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that has had every byte of a fetched file asks next for a range or a HEAD (uv does),
+    and must find the file complete: the download's rename to its final name is held here until
+    the client's GET and HEAD are done, or until a timeout where the GET cannot end first."""
+    _, base, _ = servers
+    url = f"{base}/pypi/files/ab/cd/demo-1.0-py3-none-any.whl"
+    client_done = threading.Event()
+    rename_reached = threading.Event()
+    publish = cache.Cache._publish
+
+    def held(job: cache_store.Download) -> None:
+        rename_reached.set()
+        client_done.wait(timeout=3)
+        publish(job)
+
+    monkeypatch.setattr(cache.Cache, "_publish", staticmethod(held))
+    answers: list[tuple[int, dict[str, str], bytes]] = []
+
+    def client() -> None:
+        answers.append(_ranged(url, ""))
+        answers.append(_ranged(url, "", method="HEAD"))
+        client_done.set()
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    thread.join(timeout=30)
+    assert rename_reached.is_set()
+    assert answers[0][::2] == (200, b"wheel bytes")
+    status, headers, _ = answers[1]
+    assert (status, headers.get("Accept-Ranges"), headers["Content-Length"]) == (200, "bytes", "11")
 
 
 def test_upstream_errors_reach_the_client_and_are_not_cached(servers: tuple[str, str, cache.Cache]) -> None:
