@@ -62,6 +62,7 @@ class Env:
     active: bool = False
     lib_paths: list[LibPath] = field(default_factory=list)
     verify: dict[str, Any] | None = None  # gpuenv verify's report, run with this environment's Python
+    verify_as: str = ""  # who verify ran as, or why it did not run (gpuenv.doctor.trust)
 
 
 def conda_packages(host: Host, prefix: str, names: tuple[str, ...]) -> dict[str, str]:

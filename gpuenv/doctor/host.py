@@ -133,6 +133,38 @@ class Host:
         """Host paths of the entries of `directory` whose names match `pattern` (fnmatch), sorted."""
         return [posixpath.join(directory, n) for n in self.listdir(directory) if fnmatch.fnmatchcase(n, pattern)]
 
+    def lstat(self, path: str) -> os.stat_result | None:
+        """The entry itself (a link, not what it points at), or None when nothing is there."""
+        try:
+            return os.lstat(self.path(path))
+        except OSError:
+            return None
+
+    # --- accounts (the host's own /etc/passwd and /etc/group) ------------------------------------
+    def _table(self, path: str) -> dict[int, list[str]]:
+        rows: dict[int, list[str]] = {}
+        for line in (self.read(path) or "").splitlines():
+            fields = line.split(":")
+            if len(fields) >= 4 and fields[2].isdigit() and fields[2].isascii():
+                rows.setdefault(int(fields[2]), fields)
+        return rows
+
+    def account_name(self, uid: int) -> str | None:
+        row = self._table("/etc/passwd").get(uid)
+        return row[0] if row else None
+
+    def account_gid(self, uid: int) -> int | None:
+        row = self._table("/etc/passwd").get(uid)
+        return int(row[3]) if row and row[3].isdigit() and row[3].isascii() else None
+
+    def account_home(self, uid: int) -> str | None:
+        row = self._table("/etc/passwd").get(uid)
+        return row[5] if row and len(row) > 5 and row[5].startswith("/") else None
+
+    def group_name(self, gid: int) -> str | None:
+        row = self._table("/etc/group").get(gid)
+        return row[0] if row else None
+
     def readlink(self, path: str) -> str | None:
         try:
             return os.readlink(self.path(path))

@@ -68,6 +68,8 @@ def _inventory(d: Diagnosis) -> list[str]:
         cuda = f"CUDA {e.torch_cuda}" if e.torch_cuda else "CPU build"
         python = f"Python {e.python_version or '?'}"
         lines.append(f"  {e.path}  {e.kind}, {python}, torch {e.torch} ({cuda}{cudnn}); {_verify_line(e.verify)}")
+        if e.verify_as:
+            lines.append(f"    verify {e.verify_as}")
     lines += [] if d.envs else ["  none found"]
     if d.other_envs:
         more = " ..." if len(d.other_envs) > 5 else ""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuenv import hostparse
 from gpuenv.compat import CompatData
-from gpuenv.doctor import EXIT_CLEAN, EXIT_FINDINGS, cuda, driver, envs, findings, hostfindings, verifyrun
+from gpuenv.doctor import EXIT_CLEAN, EXIT_FINDINGS, cuda, driver, envs, findings, hostfindings, trust, verifyrun
 from gpuenv.doctor.advice import Advice, advise
 from gpuenv.doctor.cuda import Cudnn, Toolkit
 from gpuenv.doctor.driver import Driver, Gpu
@@ -61,17 +62,25 @@ def loader_cache(host: Host, notes: list[str]) -> dict[str, list[str]]:
     return hostparse.parse_ldconfig(run.stdout)
 
 
-def _verify(host: Host, found: list[Env], session: list[LibPath], opts: Options, notes: list[str]) -> None:
+def _verify(  # noqa: PLR0917 - examine's own state, passed on
+    host: Host, found: list[Env], session: list[LibPath], cache: dict[str, list[str]], opts: Options, notes: list[str]
+) -> None:
     with tempfile.TemporaryDirectory(prefix="gpuenv-doctor-") as tmp:
+        # Readable by the accounts an environment may run as; root's own, so no one else can change it.
+        os.chmod(tmp, 0o755)  # noqa: S103 - read and entered by others, written by root alone
         pyz = verifyrun.build(Path(tmp))
+        os.chmod(pyz, 0o644)
         for env in found:
             why_not = verifyrun.runnable(env)
             if why_not:
                 notes.append(f"verify did not run in {env.path}: {why_not}")
+                env.verify_as = f"not run: {why_not}"
                 continue
-            ld_path = verifyrun.library_path(env, [s for s in session if s.source != envs.SESSION_SHELL],
-                                             host.environ.get("LD_LIBRARY_PATH", ""))  # fmt: skip
-            env.verify = verifyrun.run(host, env, pyz, ld_path, opts.verify_timeout)
+            how, ld_path = verifyrun.plan(host, env, session, cache)
+            env.verify_as = how.describe()
+            if how.how == trust.READ:
+                continue
+            env.verify = verifyrun.run(host, env, pyz, how, ld_path, opts.verify_timeout)
 
 
 def examine(host: Host, data: CompatData, opts: Options) -> Diagnosis:
@@ -97,7 +106,7 @@ def examine(host: Host, data: CompatData, opts: Options) -> Diagnosis:
     effective = drv.effective
     advice = advise(data, gpus, os_key, effective[0] if effective else None)
     if opts.verify and with_torch:
-        _verify(host, with_torch, session, opts, notes)
+        _verify(host, with_torch, session, cache, opts, notes)
     found = [
         *hostfindings.host_findings(drv, gpus),
         *hostfindings.toolkit_findings(toolkits),

@@ -1,15 +1,19 @@
 """gpuenv verify's checks in each environment: the zipapp the gpu_verify role ships (gpuenv.verify.bundle),
 run with the environment's own Python in a subprocess with a timeout, with the LD_LIBRARY_PATH a
-session in that environment gets (so that the loader's choice of cuDNN is observed, not guessed).
+session in that environment gets (so that the loader's choice of cuDNN is observed, not guessed). As
+root, it runs only what no other account can write, and runs an account's own environment as that
+account (gpuenv.doctor.trust).
 Its report is verify's JSON (gpuenv/data/verify.schema.json); a run that printed none becomes a
 report with one failing verify.run check, as for a host the playbooks could not check."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuenv.doctor import trust
 from gpuenv.doctor.envs import Env, LibPath
 from gpuenv.doctor.host import Host
 from gpuenv.verify import bundle, model
@@ -41,12 +45,33 @@ def runnable(env: Env) -> str | None:
     return None
 
 
-def run(host: Host, env: Env, pyz: Path, ld_path: str, timeout: float) -> dict[str, Any]:
+def plan(host: Host, env: Env, session: list[LibPath], cache: Mapping[str, list[str]]) -> tuple[trust.Plan, str]:
+    """Who verify runs as in this environment (gpuenv.doctor.trust), and the LD_LIBRARY_PATH it gets:
+    the one a session of that account gets."""
+    shell = host.environ.get("LD_LIBRARY_PATH", "")
+    if host.uid != 0:
+        self_plan = trust.plan(host, env, [], cache)
+        return self_plan, library_path(env, trust.session_for(self_plan, session, None), shell)
+    as_root = trust.Plan(trust.ROOT, "")
+    root_path = library_path(env, trust.session_for(as_root, session, host.account_home(0) or "/root"), shell)
+    chosen = trust.plan(host, env, [d for d in root_path.split(":") if d], cache)
+    if chosen.how != trust.OWNER:
+        return chosen, root_path
+    if host.which("setpriv") is None:
+        why = f"{chosen.why}, and setpriv (util-linux) is missing to run it as {chosen.account}"
+        return trust.Plan(trust.READ, why), ""
+    home = host.account_home(chosen.uid)
+    return chosen, library_path(env, trust.session_for(chosen, session, home), "")
+
+
+def run(  # noqa: PLR0917 - one environment's run, all of it needed
+    host: Host, env: Env, pyz: Path, how: trust.Plan, ld_path: str, timeout: float
+) -> dict[str, Any]:
     """verify's report for one environment (never None: a run that failed is a failing report)."""
-    environ = {k: v for k, v in host.environ.items() if k != "LD_LIBRARY_PATH"}
-    if ld_path:
+    environ = trust.environ_for(how, host.environ, host.account_home(how.uid) if how.how == trust.OWNER else None)
+    if ld_path and how.how != trust.OWNER:
         environ["LD_LIBRARY_PATH"] = ld_path
-    argv = [env.python, str(pyz), "--json", "-", "--no-distributed"]
+    argv = trust.command_for(how, [env.python, str(pyz), "--json", "-", "--no-distributed"], ld_path)
     done = host.run(argv, timeout, environ)
     result: dict[str, Any] = (
         {"rc": None, "msg": f"{env.python}: no such file"}
