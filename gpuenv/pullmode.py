@@ -87,7 +87,7 @@ def problems(settings: dict[str, object]) -> list[str]:
     forms = [
         (("branch",), _REF, "is not a branch or tag name (letters, digits, . _ / + -)"),
         (("inventory", "playbook"), _REL_PATH, "must be a relative path inside the repository, without '..'"),
-        (("venv", "checkout", "log"), _ABS_PATH, "must be an absolute path (letters, digits, . _ / + -)"),
+        (("venv", "checkout", "log", "config_dir"), _ABS_PATH, "must be an absolute path (letters, digits, . _ / + -)"),
         (("interval", "randomized_delay"), _SPAN, "is not a systemd time span such as 30min or 1h 30min"),
     ]
     for keys, form, what in forms:

@@ -18,6 +18,8 @@ class RedistError(ValueError):
     """A manifest that cannot give what was asked; the message says what it has."""
 
 
+# A sha256 as NVIDIA's manifests give it; it names a directory, so nothing else passes.
+SHA256 = re.compile(r"[0-9a-f]{64}")
 # A path the roles may join to a mirror's URL, the controller's cache and a host's download
 # directory: relative, no "." or ".." component, no empty component, no backslash or control
 # character. A manifest is data from the network; its paths must not name where files are written.
@@ -65,6 +67,11 @@ def archives(
                 f"redistrib_{label}.json: {comp}'s relative_path {str(entry['relative_path'])[:120]!r} is not a plain "
                 "relative path under the mirror (no leading '/', no '..', no empty part); the manifest is refused, "
                 "since its paths name where files are written"
+            )
+        if not isinstance(entry["sha256"], str) or not SHA256.fullmatch(entry["sha256"]):
+            raise RedistError(
+                f"redistrib_{label}.json: {comp}'s sha256 {str(entry['sha256'])[:80]!r} is not 64 lowercase hex "
+                "digits; the manifest is refused, since a sha256 names where files are kept"
             )
         found.append(
             {

@@ -126,3 +126,21 @@ def test_onboarding_refuses_a_key_line_that_adds_another_key(tmp_path: Path, ven
 @pytest.mark.parametrize("path", ["/../etc", "/..", "/opt/..", "/opt/../etc"])
 def test_no_dot_dot_anywhere_in_an_absolute_path(path: str) -> None:
     assert inputs.problem("p", path, "abs_path") is not None
+
+
+@pytest.mark.ansible
+def test_onboarding_refuses_a_name_with_a_trailing_newline(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    # Jinja's match test is re.match: '^...$' lets "alice\n" through, since $ matches before a final newline.
+    msg = _refusal(tmp_path, venv_env, "onboard_user", onboard_user_name="alice\n", onboard_user_ssh_keys=[KEY])
+    assert "must be a plain account name" in msg
+
+
+def test_no_role_anchors_a_whole_value_match_with_a_dollar() -> None:
+    """Every whole-value check in the roles ends its pattern with \\Z (or uses gpuenv_input_problems):
+    '$' matches before a trailing newline, so 'alice\\n' or a checksum with a newline would pass."""
+    found = []
+    for path in sorted([*REPO.glob("roles/**/*.yml"), *REPO.glob("playbooks/*.yml")]):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"is (not )?match\('[^']*\$'\)", line):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert found == []

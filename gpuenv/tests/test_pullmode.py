@@ -26,6 +26,7 @@ GOOD: dict[str, Any] = {
     "venv": "/opt/gpuenv/pull/venv",
     "checkout": "/var/lib/gpuenv/pull/checkout",
     "log": "/var/log/gpuenv-pull.log",
+    "config_dir": "/etc/gpuenv/pull",
     "interval": "30min",
     "randomized_delay": "10min",
     "verify_commit": True,
@@ -91,6 +92,8 @@ def test_plain_http_only_where_explicitly_allowed() -> None:
         ("venv", "relative/venv"),
         ("checkout", "/var/lib/../tmp/x"),
         ("log", "/var/log/x.log\nUser=nobody"),
+        # Written into the pulls' gitconfig: a newline would add a [core] section of its own.
+        ("config_dir", "/etc/gpuenv/pull\n[core]\n\tsshCommand = touch /tmp/pwned"),
         ("interval", "30min\nExecStartPre=/bin/true"),
         ("randomized_delay", "soon"),
     ],

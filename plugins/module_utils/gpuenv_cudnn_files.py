@@ -105,14 +105,14 @@ def host_lock(unpack_dir: str) -> Iterator[None]:
 
 def unpacked_info(unpack_dir: str, sha256: str) -> dict[str, Any] | None:
     """The record of a complete unpack of that tarball, or None."""
-    info = read_json(os.path.join(unpack_dir, sha256, UNPACKED))
+    info = read_json(os.path.join(unpack_dir, checked_sha256(sha256, "the tarball's sha256"), UNPACKED))
     return info if info and info.get("sha256") == sha256 else None
 
 
 def unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[str, Any]:
     """Unpack the tarball into unpack_dir/<sha256>/{include,lib}, checked; returns its record. What
     a failure (a full disk, a bad member) leaves half-done is removed."""
-    partial = os.path.join(unpack_dir, sha256) + ".partial"
+    partial = os.path.join(unpack_dir, checked_sha256(sha256, "the tarball's sha256")) + ".partial"
     try:
         return _unpack(archive, sha256, version, unpack_dir)
     except BaseException:
@@ -209,13 +209,70 @@ def header_version(tree: str) -> str | None:
 
 
 # --- trees -----------------------------------------------------------------------------------
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def checked_sha256(value: object, what: str) -> str:
+    """A sha256 as 64 lowercase hex digits, or TreeError: it names a directory (unpack_dir/<sha256>)
+    and a tree (<base>+cudnn-<version>-<sha256[:12]>), so nothing else may pass."""
+    if isinstance(value, str) and _SHA256.fullmatch(value):
+        return value
+    raise TreeError(
+        f"{what} {str(value)[:80]!r} is not a sha256 (64 lowercase hex digits); it is refused, since it names "
+        "a directory. Check the redist manifest or cudnn_tarball_checksum"
+    )
+
+
+def plain_relative(rel: object) -> bool:
+    """A path that stays inside whatever it is joined to: relative, no empty, '.' or '..' part."""
+    return (
+        isinstance(rel, str)
+        and bool(rel)
+        and not rel.startswith("/")
+        and all(part not in ("", ".", "..") for part in rel.split("/"))
+    )
+
+
+def _untrusted(path: str) -> str | None:
+    """Why a record at PATH could have been written by another account than this one (root), or
+    None: the file and its directory are this account's, neither writable by group or others."""
+    me = os.geteuid()
+    for entry, kind in ((os.path.dirname(os.path.abspath(path)), "directory"), (path, "file")):
+        st = os.lstat(entry)
+        if (kind == "file") != os.path.isfile(entry) or os.path.islink(entry):
+            return f"{entry} is not a plain {kind}"
+        if st.st_uid != me:
+            return f"{entry} is owned by uid {st.st_uid}"
+        if st.st_mode & 0o022:
+            return f"{entry} is writable by others than its owner (mode {oct(st.st_mode & 0o777)})"
+    return None
+
+
 def read_json(path: str) -> dict[str, Any] | None:
+    """One of gpuenv's records (an unpacked tarball's, a tree's), or None where there is none. A
+    record decides what is linked and removed as root, so one that another account could have
+    written, or one whose sha256 or file list could lead out of its tree, is refused."""
+    if not os.path.lexists(path):
+        return None
+    why = _untrusted(path)
+    if why:
+        raise TreeError(
+            f"{path}: gpuenv trusts its records only where nobody but root can write, and {why}. "
+            "Remove the record (or give it and its directory to root, mode 0644 and 0755) and run again"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    if "sha256" in data:
+        checked_sha256(data["sha256"], f"{path}: the record's sha256")
+    files = data.get("files", [])
+    if not isinstance(files, list) or not all(plain_relative(rel) for rel in files):
+        raise TreeError(f"{path}: the record's files are not all plain relative paths; remove the record and run again")
+    return data
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
@@ -234,7 +291,10 @@ def link_target(link: str) -> str:
 
 
 def composed_name(base: str, info: dict[str, Any]) -> str:
-    return f"{base}+cudnn-{info['version']}-{info['sha256'][:12]}"
+    version = str(info["version"])
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+){0,3}", version):
+        raise TreeError(f"the cuDNN version {version[:40]!r} is not a version (digits and dots); it names a tree")
+    return f"{base}+cudnn-{version}-{checked_sha256(info['sha256'], 'the tarball sha256')[:12]}"
 
 
 def _inside(root: str, rel: str) -> str:
@@ -257,6 +317,8 @@ def place_files(unpacked: str, info: dict[str, Any], tree: str) -> list[str]:
     through a name that is there already (it may be a hard link to another tree's file)."""
     placed = []
     for rel in info["files"]:
+        if not plain_relative(rel) or rel.split("/", 1)[0] not in ("include", "lib") or "/" not in rel:
+            raise TreeError(f"the unpacked record lists {str(rel)[:80]!r}, not a file under include/ or lib/")
         top, rest = rel.split("/", 1)
         where = "include" if top == "include" else ("lib64" if os.path.lexists(os.path.join(tree, "lib64")) else "lib")
         folder = _inside(tree, where)

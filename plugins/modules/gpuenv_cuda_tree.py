@@ -15,6 +15,7 @@ from ansible.module_utils.gpuenv_cudnn_files import (
     MARKER,
     TreeError,
     build_composed,
+    checked_sha256,
     complete,
     composed_name,
     header_version,
@@ -143,7 +144,7 @@ def plan(params: dict[str, Any]) -> dict[str, Any]:
     link = params["link"]
     info: dict[str, Any] | None = None
     if params.get("cudnn_sha256"):
-        info = {"sha256": params["cudnn_sha256"], "version": params["cudnn_version"]}
+        info = {"sha256": checked_sha256(params["cudnn_sha256"], "cudnn_sha256"), "version": params["cudnn_version"]}
     if not os.path.lexists(link):
         base = params.get("base")
         if base:  # a toolkit's first link
