@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_ARCH = re.compile(r"(?P<kind>sm|compute)_(?P<major>\d+?)(?P<minor>\d)(?P<suffix>[af]?)")
+_ARCH = re.compile(r"(?P<kind>sm|compute)_(?P<major>[0-9]+?)(?P<minor>[0-9])(?P<suffix>[af]?)")
 
 
 def _runs(cc: tuple[int, int], built: tuple[int, int], suffix: str, *, ptx: bool) -> bool:

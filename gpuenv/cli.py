@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ def _doctor(args: argparse.Namespace) -> int:
     given, problems = parse_gpus(args.gpu or [], data)
     if args.depth < 0:
         problems.append(f"--depth {args.depth}: give how many directory levels below each home to search, 0 or more")
-    if args.verify_timeout <= 0:
+    if not math.isfinite(args.verify_timeout) or args.verify_timeout <= 0:
         problems.append(f"--verify-timeout {args.verify_timeout:g}: give the seconds verify may take per environment")
     if problems:
         print("\n".join(f"gpuenv doctor: {p}" for p in problems), file=sys.stderr)

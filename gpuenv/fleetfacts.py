@@ -56,6 +56,11 @@ def inventory_hosts(inventory: Path) -> dict[str, dict[str, Any]]:
         raise InventoryError(
             f"--inventory {inventory}: no such file or directory; give an inventory such as inventory/<site>"
         )
+    if not (inventory.is_file() or inventory.is_dir()):
+        # A FIFO or a device would hang ansible-inventory, or feed it whatever it streams.
+        raise InventoryError(
+            f"--inventory {inventory}: not a regular file or a directory; give an inventory such as inventory/<site>"
+        )
     sibling = Path(sys.executable).parent / "ansible-inventory"
     command = str(sibling) if sibling.exists() else shutil.which("ansible-inventory")
     if command is None:

@@ -54,9 +54,12 @@ class Host:
     checks: dict[str, dict[str, Any]]
     generated: str = ""
     stale: bool = False
+    problem: str = ""  # why the host's report could not be read as one: the host counts as failed
 
     def mark(self) -> str:
         """What the host column says beside the name."""
+        if self.problem:
+            return f"FAILED (its report cannot be read: {self.problem})"
         if self.stale:
             return f"STALE (report from {self.generated or 'an older gpuenv'}, not from this run)"
         return {0: "", 1: "FAILED", 2: "FAILED (verify could not check)"}.get(self.exit_code, "FAILED")
@@ -79,6 +82,16 @@ class Host:
         return found_s, declared_s, check["status"] == "fail" and bool(declared_s)
 
     def failures(self) -> list[dict[str, Any]]:
+        if self.problem:
+            hint = "run playbooks/site.yml (or verify.yml) against the host again to write a new one"
+            return [
+                {
+                    "id": "report",
+                    "status": "fail",
+                    "summary": f"its report cannot be read: {self.problem}",
+                    "hint": hint,
+                }
+            ]
         return [c for c in self.checks.values() if c["status"] in ("fail", "warn")]
 
 
@@ -102,6 +115,29 @@ def parse_since(text: str) -> datetime.datetime:
         raise ReportError(f"--since {text[:60]!r} is not an ISO 8601 time such as 2026-12-01T22:48:00+00:00") from None
 
 
+def _checks(data: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], str]:
+    """A report's checks by id, and what makes the report unreadable ("" when nothing does): a host
+    whose report is malformed shows as FAILED with the reason, never as passed or as a crash."""
+    name = data.get("host")
+    if not isinstance(name, str) or not name:
+        return {}, "it names no host"
+    code = data.get("exit_code")
+    if isinstance(code, bool) or not isinstance(code, int) or code not in (0, 1, 2):
+        return {}, f"exit_code {str(code)[:40]!r} is not 0, 1 or 2"
+    raw = data.get("checks")
+    if not isinstance(raw, list):
+        return {}, "its checks are not a list"
+    checks: dict[str, dict[str, Any]] = {}
+    for entry in raw:
+        cid = entry.get("id") if isinstance(entry, dict) else None
+        if not isinstance(cid, str) or not cid:
+            return {}, f"a check's id is {str(cid)[:40]!r}, not a name"
+        if entry.get("status") not in _RANK:
+            return {}, f"check {cid[:60]} has status {str(entry.get('status'))[:40]!r}, not pass, warn, fail or skip"
+        checks[cid] = {**entry, "summary": str(entry.get("summary", "")), "hint": str(entry.get("hint") or "")}
+    return checks, ""
+
+
 def load(directory: Path, since: datetime.datetime | None = None, run: str | None = None) -> list[Host]:
     """The reports in directory. A report made before since, or (with run, the playbooks' run id)
     belonging to another run, is stale: that host was not verified in this run."""
@@ -112,17 +148,24 @@ def load(directory: Path, since: datetime.datetime | None = None, run: str | Non
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ReportError(f"{path}: not a readable gpuenv verify report ({exc})") from exc
+        if not isinstance(data, dict):
+            raise ReportError(f"{path}: not a gpuenv verify report (a JSON {type(data).__name__}, not an object)")
         if data.get("schema_version") not in (1, 2):
-            raise ReportError(f"{path}: schema_version {data.get('schema_version')!r}, this gpuenv reads 1 and 2")
+            version = data.get("schema_version")
+            shown = version if isinstance(version, int) else repr(str(version)[:40])
+            raise ReportError(f"{path}: schema_version {shown}, this gpuenv reads 1 and 2")
         generated = str(data.get("generated") or "")
+        checks, problem = _checks(data)
+        name = data.get("host")
         hosts.append(
             Host(
-                data["host"],
-                int(data["exit_code"]),
-                {c["id"]: c for c in data["checks"]},
+                name if isinstance(name, str) and name else path.stem,
+                data["exit_code"] if not problem else 2,
+                checks,
                 generated=generated,
                 # Version 1 reports carry no time and no run: older than any run that asks.
                 stale=(since is not None and _before(generated, since)) or (run is not None and data.get("run") != run),
+                problem=problem,
             )
         )
     if not hosts:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-_PTXAS = re.compile(r"release (?P<release>\d+\.\d+), V(?P<version>\d+\.\d+\.\d+)")
+_PTXAS = re.compile(r"release (?P<release>[0-9]+\.[0-9]+), V(?P<version>[0-9]+\.[0-9]+\.[0-9]+)")
 
 
 def tool_version(text: str) -> dict[str, str] | None:
@@ -21,7 +21,7 @@ def tool_version(text: str) -> dict[str, str] | None:
     return match.groupdict() if match else None
 
 
-_CUDNN_DEFINE = re.compile(r"^#define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)", re.MULTILINE)
+_CUDNN_DEFINE = re.compile(r"^#define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+([0-9]+)", re.MULTILINE)
 
 
 def cudnn_header_version(text: str) -> str | None:
@@ -43,7 +43,7 @@ def parse_ldconfig(text: str) -> dict[str, list[str]]:
     return found
 
 
-_PROC_VERSION = re.compile(r"NVRM version: NVIDIA UNIX (?P<kind>.*?)\s+(?P<version>\d+\.\d+(?:\.\d+)?)\s")
+_PROC_VERSION = re.compile(r"NVRM version: NVIDIA UNIX (?P<kind>.*?)\s+(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)\s")
 
 
 def parse_proc_version(text: str) -> dict[str, str] | None:
@@ -55,7 +55,7 @@ def parse_proc_version(text: str) -> dict[str, str] | None:
     return {"version": match.group("version"), "flavor": flavor}
 
 
-_SMI_VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
+_SMI_VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?")
 
 
 def parse_smi_driver(returncode: int, output: str) -> tuple[str | None, bool]:
@@ -70,7 +70,7 @@ def parse_smi_driver(returncode: int, output: str) -> tuple[str | None, bool]:
     return None, False
 
 
-_NVML_LIBRARY = re.compile(r"NVML library version:\s*(?P<version>\d+\.\d+(?:\.\d+)?)")
+_NVML_LIBRARY = re.compile(r"NVML library version:\s*(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 
 
 def smi_nvml_version(output: str) -> str | None:

@@ -148,13 +148,13 @@ def release(state: Path, name: str) -> None:
 # --- the digest of a failed run ------------------------------------------------------------------
 
 _STEP = re.compile(r"^=== (\S+)$")
-_STEP_END = re.compile(r"^--- (\S+) (ok|FAILED) \(\d+ s\)$")
+_STEP_END = re.compile(r"^--- (\S+) (ok|FAILED) \([0-9]+ s\)$")
 _SCENARIO = re.compile(r"^--- molecule scenario (\S+)$")
-_SCENARIO_END = re.compile(r"^--- molecule scenario (\S+) (ok|FAILED) \(\d+ s\)$")
+_SCENARIO_END = re.compile(r"^--- molecule scenario (\S+) (ok|FAILED) \([0-9]+ s\)$")
 # Ansible's failed task: its result line, unless the task ignored it.
 _FATAL = re.compile(r"^(fatal|failed): \[")
 _TASK = re.compile(r"^(TASK|RUNNING HANDLER) \[")
-_RESULT_END = re.compile(r"^(TASK|RUNNING HANDLER|PLAY) \[|^PLAY RECAP |^\[ *\d+ s\] |^--- ")
+_RESULT_END = re.compile(r"^(TASK|RUNNING HANDLER|PLAY) \[|^PLAY RECAP |^\[ *[0-9]+ s\] |^--- ")
 EXCERPT_LINES = 40
 
 

@@ -102,7 +102,7 @@ def ldconfig_libs(text: str, soname: str) -> list[str]:
 def debian_toolkit_release(debian_version: str) -> str | None:
     """12.4.1 from Debian's nvidia-cuda-toolkit version 12.4.131~12.4.1-2 (11.8.0 from
     11.8.89~11.8.0-5~deb12u1): the toolkit release after the '~'."""
-    match = re.match(r"^(?:\d+:)?[\d.]+~(\d+\.\d+\.\d+)-", debian_version)
+    match = re.match(r"^(?:[0-9]+:)?[0-9.]+~([0-9]+\.[0-9]+\.[0-9]+)-", debian_version)
     return match.group(1) if match else None
 
 

@@ -51,7 +51,7 @@ def datacenter_labels(gpus: Sequence[Mapping[str, Any]], data: CompatData | None
     found = []
     for gpu in gpus:
         for label in str(gpu.get("label") or "").split(", "):
-            if re.fullmatch(r"\d{1,3}\.\d{1,3}", label):
+            if re.fullmatch(r"[0-9]{1,3}\.[0-9]{1,3}", label):
                 models = [m for m in data.gpu_models if m.cc == label]
                 hit = bool(models) and all(m.name in listed for m in models)
             else:

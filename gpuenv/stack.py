@@ -58,23 +58,27 @@ FIELDS: dict[str, Field] = {
         Field(
             "driver",
             True,
-            r"\d{3}(\.\d{1,4}){0,2}",
+            r"[0-9]{3}(\.[0-9]{1,4}){0,2}",
             "550",
             'a driver branch ("550") or an exact version ("550.163.01")',
         ),
-        Field("cuda", True, r"\d{1,3}\.\d{1,3}(\.\d{1,4})?", "12.4.1", "the CUDA toolkit release (X.Y.Z)"),
+        Field("cuda", True, r"[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,4})?", "12.4.1", "the CUDA toolkit release (X.Y.Z)"),
         Field(
             "cudnn",
             True,
-            r"none|\d{1,3}\.\d{1,3}\.\d{1,4}(\.\d{1,4})?",
+            r"none|[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,4}(\.[0-9]{1,4})?",
             "9.1.0.70",
             'a cuDNN release ("8.2.1", which means its build in the data) or build ("9.1.0.70") to install '
             "into the CUDA tree, or none",
         ),
-        Field("python", True, r"3\.\d{1,3}", "3.11", "the Python version of the environment"),
-        Field("torch", True, r"\d{1,3}\.\d{1,3}\.\d{1,4}", "2.5.1", "the PyTorch release"),
+        Field("python", True, r"3\.[0-9]{1,3}", "3.11", "the Python version of the environment"),
+        Field("torch", True, r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,4}", "2.5.1", "the PyTorch release"),
         Field(
-            "torch_variant", False, r"cu\d{3}", "cu124", "the PyTorch CUDA wheel variant; derived from cuda when absent"
+            "torch_variant",
+            False,
+            r"cu[0-9]{3}",
+            "cu124",
+            "the PyTorch CUDA wheel variant; derived from cuda when absent",
         ),
         Field(
             "packages",
@@ -92,6 +96,9 @@ class SpecError(Exception):
 
     def __init__(self, problems: list[str]) -> None:
         problems = list(dict.fromkeys(problems))  # one line per problem, even for a list of repeats
+        if len(problems) > MAX_PROBLEMS:  # 40,000 unknown keys must not print 40,000 lines
+            more = len(problems) - MAX_PROBLEMS
+            problems = [*problems[:MAX_PROBLEMS], f"... and {more} more problems not shown; fix those above first."]
         super().__init__("\n".join(problems))
         self.problems = problems
 
@@ -132,6 +139,10 @@ class Stack:
 # a traceback, a hang or gigabytes of memory.
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 32
+# The most problems a refusal lists, and the longest value a stack holds (a GPU's name is under 60
+# characters): a pasted blob is refused, not echoed whole by every rule that names it.
+MAX_PROBLEMS = 25
+MAX_VALUE = 200
 _DECIMAL = re.compile(r"[-+]?(0|[1-9][0-9]*)")
 
 
@@ -286,7 +297,16 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-def _as_text(key: str, value: Any, problems: list[str]) -> str | None:
+def _number(value: int) -> str:
+    """An integer as messages quote it; one past Python's limit on decimal digits (a 0x followed by
+    thousands of hex digits) is described, not printed."""
+    try:
+        return _short(str(value))
+    except ValueError:
+        return f"of about {value.bit_length() * 3 // 10} digits"
+
+
+def _as_text(key: str, value: Any, problems: list[str]) -> str | None:  # noqa: PLR0911 - one return per trap
     """One scalar value as a string, with the classic YAML traps turned into clear errors."""
     spec = FIELDS[key]
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
@@ -295,7 +315,7 @@ def _as_text(key: str, value: Any, problems: list[str]) -> str | None:
         return None
     if isinstance(value, _NumberText):
         problems.append(
-            f"gpu_stack.{key}: {_short(str(value))} is read by YAML as the number {_short(str(value.value))} "
+            f"gpu_stack.{key}: {_short(str(value))} is read by YAML as the number {_number(value.value)} "
             f'({value.why()}). Fix: quote it, e.g. {key}: "{spec.example}".'
         )
         return None
@@ -307,6 +327,9 @@ def _as_text(key: str, value: Any, problems: list[str]) -> str | None:
         )
         return None
     text = str(value).strip()
+    if len(text) > MAX_VALUE:
+        problems.append(f"gpu_stack.{key}: {_short(text)!r} is longer than any stack value ({MAX_VALUE} characters).")
+        return None
     if "{{" in text or "{%" in text:
         problems.append(
             f"gpu_stack.{key}: {_short(text)!r} is a Jinja template; check-spec reads literal values. "

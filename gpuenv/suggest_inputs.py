@@ -99,7 +99,7 @@ def _pad(version: versions.Version) -> versions.Version:
     return (*version, *(0,) * (3 - len(version)))
 
 
-_CLAUSE = re.compile(r"\s*(==|!=|>=|<=|>|<)?\s*(\d{1,3}(?:\.\d{1,4}){0,2})(\.\*)?\s*")
+_CLAUSE = re.compile(r"\s*(==|!=|>=|<=|>|<)?\s*([0-9]{1,3}(?:\.[0-9]{1,4}){0,2})(\.\*)?\s*")
 
 
 def parse_torch(spec: str, data: CompatData) -> tuple[tuple[TorchBound, ...], list[str]]:
@@ -142,6 +142,13 @@ def parse_gpus(labels: list[str], data: CompatData) -> tuple[list[GpuSpec], list
                 "https://developer.nvidia.com/cuda-gpus)"
             )
             continue
+        if data.generation_for_cc(cc) is None:
+            known = ", ".join(f"{g.cc_min}-{g.cc_max} {g.name}" for g in data.generations)
+            problems.append(
+                f"GPU {label!r}: compute capability {cc} belongs to no GPU generation gpuenv knows ({known}); "
+                "check the number (nvidia-smi --query-gpu=name,compute_cap --format=csv prints it)"
+            )
+            continue
         gpus.append(gpu_spec(label, cc, data))
     return gpus, problems
 
@@ -172,7 +179,7 @@ def parse_constraints(
         problems.append(f"--driver {driver!r} is not a driver branch (535) or version (535.247.01)")
     cap = None
     if max_driver_branch is not None:
-        if re.fullmatch(r"\d{3}", max_driver_branch):
+        if re.fullmatch(r"[0-9]{3}", max_driver_branch):
             cap = int(max_driver_branch)
         else:
             problems.append(f"--max-driver-branch {max_driver_branch!r} is not a driver branch such as 535")
@@ -188,7 +195,7 @@ def parse_constraints(
     if python is not None and not re.fullmatch(FIELDS["python"].pattern, python):
         problems.append(f"--python {python!r} is not a Python version such as 3.11 (major.minor)")
     if cuda is not None:
-        if not re.fullmatch(r"\d{1,3}\.\d{1,3}(\.\d{1,4})?", cuda):
+        if not re.fullmatch(r"[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,4})?", cuda):
             problems.append(f"--cuda {cuda!r} is not a CUDA release such as 12.4 or 12.4.1")
         elif data.resolve_toolkit(cuda) is None:
             known = data.known_toolkits()

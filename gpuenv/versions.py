@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-_DOTTED = re.compile(r"^\d+(\.\d+)*$")
+_DOTTED = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 
 Version = tuple[int, ...]
 
@@ -61,7 +61,7 @@ def driver_satisfies(driver: str, minimum: str) -> bool:
 
 def cuda_from_variant(variant: str) -> str | None:
     """The CUDA major.minor of a torch wheel variant: cu124 -> "12.4", cu118 -> "11.8"."""
-    match = re.fullmatch(r"cu(\d+)(\d)", variant)
+    match = re.fullmatch(r"cu([0-9]+)([0-9])", variant)
     if not match:
         return None
     return f"{int(match.group(1))}.{match.group(2)}"

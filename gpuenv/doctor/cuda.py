@@ -22,7 +22,7 @@ from gpuenv.doctor.envs import Env, conda_packages
 from gpuenv.doctor.host import Host
 from gpuenv.verify.cuda_tree import loader_problems
 
-_SONAME = re.compile(r"^libcudnn[a-z_]*\.so\.(\d+)$")
+_SONAME = re.compile(r"^libcudnn[a-z_]*\.so\.([0-9]+)$")
 _CONDA_CUDA = ("cuda-nvcc", "cudatoolkit", "cuda-cudart", "cuda-version")
 _WRAPPER = re.compile(r"^#!.*\n(?:.*\n)*?\s*exec\s+(/\S+/nvcc)\b", re.M)
 
@@ -69,7 +69,7 @@ def _tree_version(host: Host, tree: str) -> tuple[str | None, str]:
     if isinstance(info, dict) and isinstance(info.get("cuda"), dict) and info["cuda"].get("version"):
         return str(info["cuda"]["version"]), f"{tree}/version.json"
     text = host.read(f"{tree}/version.txt") or ""
-    match = re.search(r"CUDA Version (\d+\.\d+(?:\.\d+)?)", text)
+    match = re.search(r"CUDA Version ([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text)
     if match:
         return match.group(1), f"{tree}/version.txt"
     for tool in ("nvcc", "ptxas"):
@@ -142,7 +142,9 @@ def _cudnn_at(host: Host, lib: str, kind: str, owner: str | None) -> Cudnn | Non
         return None
     version = None
     for soname in (n for n in sonames if n.startswith("libcudnn.so.")):
-        match = re.fullmatch(r"libcudnn\.so\.(\d+\.\d+\.\d+)", posixpath.basename(host.real(f"{lib}/{soname}") or ""))
+        match = re.fullmatch(
+            r"libcudnn\.so\.([0-9]+\.[0-9]+\.[0-9]+)", posixpath.basename(host.real(f"{lib}/{soname}") or "")
+        )
         version = match.group(1) if match else None
     if version is None:
         version = hostparse.cudnn_header_version(host.read(f"{posixpath.dirname(lib)}/include/cudnn_version.h") or "")

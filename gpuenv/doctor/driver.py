@@ -17,8 +17,8 @@ PROC_VERSION = "/proc/driver/nvidia/version"
 EFIVARS = "/sys/firmware/efi/efivars"
 # The packages whose version is the driver's (Debian, Ubuntu, NVIDIA's repositories, RPM distributions).
 _DRIVER_PACKAGE = re.compile(
-    r"^(libcuda1|nvidia-driver(-\d+)?(-open|-server)?|libnvidia-compute-\d+(-server)?|nvidia-kernel-dkms"
-    r"|nvidia-open-kernel-dkms|nvidia-driver-cuda-libs|nvidia-driver-libs|libnvidia-tesla-\d+-cuda1|cuda-drivers)$"
+    r"^(libcuda1|nvidia-driver(-[0-9]+)?(-open|-server)?|libnvidia-compute-[0-9]+(-server)?|nvidia-kernel-dkms"
+    r"|nvidia-open-kernel-dkms|nvidia-driver-cuda-libs|nvidia-driver-libs|libnvidia-tesla-[0-9]+-cuda1|cuda-drivers)$"
 )
 DPKG_PATTERNS = ("nvidia-*", "libnvidia-*", "libcuda1", "cuda-*", "libcudnn*", "cudnn*")
 RPM_PATTERNS = ("nvidia-*", "kmod-nvidia*", "akmod-nvidia*", "xorg-x11-drv-nvidia*", "cuda-*", "libcudnn*")
@@ -64,14 +64,14 @@ class Driver:
         for soname in ("libcuda.so.1", "libnvidia-ml.so.1"):
             stem = soname.rsplit(".", 1)[0] + "."
             name = self.libraries.get(soname, "").rsplit("/", 1)[-1]
-            if name.startswith(stem) and re.fullmatch(r"\d+\.\d+(\.\d+)?", name[len(stem) :]):
+            if name.startswith(stem) and re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)?", name[len(stem) :]):
                 return name[len(stem) :]
         return None
 
     @property
     def package_version(self) -> str | None:
         versions = [hostparse.package_upstream(p.version) for p in self.packages if _DRIVER_PACKAGE.match(p.name)]
-        return max(versions, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)), default=None)
+        return max(versions, key=lambda v: tuple(int(x) for x in re.findall(r"[0-9]+", v)), default=None)
 
     @property
     def installed(self) -> tuple[str, str] | None:

@@ -95,7 +95,7 @@ def describe(host: Host, env: Env) -> Env:
     if not env.python:
         env.python = next((f"{prefix}/bin/{n}" for n in ("python", "python3") if host.exists(f"{prefix}/bin/{n}")), "")
     if env.site:
-        match = re.search(r"python(3\.\d+)", env.site)
+        match = re.search(r"python(3\.[0-9]+)", env.site)
         env.python_version = match.group(1) if match else None
         torch = hostparse.torch_version_file(host.read(f"{env.site}/torch/version.py") or "")
         env.torch, env.torch_cuda = torch.get("version"), torch.get("cuda")

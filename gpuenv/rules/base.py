@@ -88,9 +88,9 @@ class CheckerBase:
 def gpu_cc(label: str, data: CompatData) -> str | None:
     """The compute capability a declared GPU stands for: "8.6", "sm_86" or a model name; None when
     gpuenv does not know the model (the rules then report gpu-unknown)."""
-    if re.fullmatch(r"\d{1,3}\.\d{1,3}", label):
+    if re.fullmatch(r"[0-9]{1,3}\.[0-9]{1,3}", label):
         return label
-    match = re.fullmatch(r"sm_(\d+)(\d)", label.lower())
+    match = re.fullmatch(r"sm_([0-9]+)([0-9])", label.lower())
     if match:
         return f"{int(match.group(1))}.{match.group(2)}"
     model = data.gpu_by_name(label)

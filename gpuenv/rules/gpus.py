@@ -32,7 +32,7 @@ class GpuRules(CheckerBase):
                 self._add_gpu(label, cc, "declared")
         for probe in detected:
             name, cc = str(probe.get("name", ""))[:200], str(probe.get("cc", ""))
-            if not re.fullmatch(r"\d{1,3}\.\d{1,3}", cc):
+            if not re.fullmatch(r"[0-9]{1,3}\.[0-9]{1,3}", cc):
                 found = self.data.gpu_by_name(name)
                 if found is None:
                     self.add(

@@ -66,7 +66,7 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     "bytes=-500") in a file of SIZE bytes; None to send the whole file (no header, or one this
     cache does not answer, such as several ranges: a server may ignore Range); (-1, -1) for a range
     that lies past the end (416)."""
-    match = re.fullmatch(r"\s*bytes=(\d*)-(\d*)\s*", header or "")
+    match = re.fullmatch(r"\s*bytes=([0-9]*)-([0-9]*)\s*", header or "")
     if not match or match.group(1) == match.group(2) == "":
         return None
     first, last = match.groups()

@@ -66,7 +66,7 @@ def block(name: str, port: int) -> None:
 
 def slow(name: str, rate: str = "1mbit") -> None:
     """Limit what the host receives to `rate` (tc tbf on the controller's end of its link)."""
-    if not re.fullmatch(r"\d+(kbit|mbit|gbit)", rate):
+    if not re.fullmatch(r"[0-9]+(kbit|mbit|gbit)", rate):
         raise SandboxError(f"rate {rate!r}: write it as tc does, e.g. 512kbit or 2mbit")
     tbf = ["tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"]
     run(["tc", "qdisc", "replace", "dev", _host(State.load(), name).veth, "root", *tbf], capture=True)

@@ -106,7 +106,7 @@ def fetch_wheel(wheel: Wheel, wheels: Path) -> Path:
 
 def _versioned_name(name: str, version: str) -> tuple[str, str] | None:
     """libcudnn.so.9 with version 9.1.0 -> ("libcudnn.so.9.1.0", "libcudnn.so"); None if not a .so.N."""
-    match = re.fullmatch(r"(lib[^/]+\.so)\.(\d+(?:\.\d+)*)", name)
+    match = re.fullmatch(r"(lib[^/]+\.so)\.([0-9]+(?:\.[0-9]+)*)", name)
     if not match:
         return None
     return f"{match.group(1)}.{version}", match.group(1)

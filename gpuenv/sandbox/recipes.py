@@ -68,7 +68,7 @@ def build_string(
 
 def cuda_variant(cuda: str) -> str:
     """12.4 -> cuda124, as conda-forge's pytorch build strings name a CUDA build."""
-    if not re.fullmatch(r"\d+\.\d+", cuda):
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", cuda):
         raise SandboxError(f"cuda: {cuda!r} must be MAJOR.MINOR (12.4)")
     return "cuda" + cuda.replace(".", "")
 

@@ -14,7 +14,7 @@ CHECKS = Checks()
 def version_tuple(text: str) -> tuple[int, ...]:
     # Not gpuenv.versions.parse: that module is not Python 3.8 (the hosts' floor) at runtime, and
     # a driver version from NVML is compared here as it comes.
-    return tuple(int(p) for p in re.findall(r"\d+", text))
+    return tuple(int(p) for p in re.findall(r"[0-9]+", text))
 
 
 @CHECKS.add("driver.kernel", "NVIDIA kernel module")

@@ -407,7 +407,7 @@ def complete(tree: str, base: str, info: dict[str, Any] | None) -> bool:
     return bool(marker and marker.get("sha256") == info["sha256"] and marker.get("base") == base)
 
 
-_TOOLKIT_TREE = re.compile(r"^(\d+\.\d+\.\d+)-[0-9a-f]+$")
+_TOOLKIT_TREE = re.compile(r"^([0-9]+\.[0-9]+\.[0-9]+)-[0-9a-f]+$")
 
 
 def prune(base: str, keep: set[str], versions: bool) -> list[str]:
