@@ -171,7 +171,7 @@ def test_a_missing_environment_or_stack_or_a_crash_is_reported_not_lost(
         pass
 
     monkeypatch.setitem(sys.modules, "torch", FakeTorch())
-    monkeypatch.setattr(plan, "run_checks", lambda ctx, distributed: 1 / 0)
+    monkeypatch.setattr(plan, "run_checks", lambda ctx, distributed, watchdog: 1 / 0)
     assert cli.main(["--json", str(out)]) == 2
     check = json.loads(out.read_text())["checks"][0]
     assert check["summary"] == "gpuenv verify itself failed (ZeroDivisionError)"

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import stat
 import sys
-from pathlib import Path
 from typing import Any
 
-from gpuenv.verify import outputs, plan
+from gpuenv.verify import deadline, outputs, plan
 from gpuenv.verify.base import Context
 from gpuenv.verify.model import Check, could_not_run, stack_id, to_report
 
@@ -50,6 +51,21 @@ def _parser() -> argparse.ArgumentParser:
         "--run", help="an id of the run this report belongs to (gpuenv report --run marks others stale)"
     )
     parser.add_argument(
+        "--deadline",
+        type=float,
+        default=deadline.RUN_DEADLINE,
+        metavar="SECONDS",
+        help=f"stop with a failing report (exit 2) when the whole run takes longer (default {deadline.RUN_DEADLINE:g})",
+    )
+    parser.add_argument(
+        "--check-deadline",
+        type=float,
+        default=deadline.CHECK_DEADLINE,
+        metavar="SECONDS",
+        help="stop with a failing report (exit 2) when the torch import or one check takes longer "
+        f"(default {deadline.CHECK_DEADLINE:g})",
+    )
+    parser.add_argument(
         "--python-missing",
         metavar="PATH",
         help=argparse.SUPPRESS,  # gpuenv-verify: the environment's Python PATH is gone; report that
@@ -57,14 +73,55 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The most a stack file holds: the resolved stack is well under a kilobyte.
+MAX_STACK_BYTES = 1 << 20
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    for option, value in (("--deadline", args.deadline), ("--check-deadline", args.check_deadline)):
+        if not math.isfinite(value) or value <= 0:
+            return f"{option} {value:g}: give a number of seconds above 0"
+    for option, path in (("--json", args.json_out), ("--junit", args.junit), ("--prom", args.prom)):
+        if path and path != "-" and (problem := outputs.path_problem(option, path)):
+            return problem
+    return None
+
+
+def read_stack(source: str) -> dict[str, Any]:
+    """The stack to check against, from a regular file or stdin ("-"), at most MAX_STACK_BYTES:
+    ValueError (or OSError) says why it cannot be one. A FIFO would block the run, /dev/zero fill
+    the memory, a deeply nested document exhaust the parser's recursion."""
+    if source == "-":
+        data = sys.stdin.buffer.read(MAX_STACK_BYTES + 1)
+    else:
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"{source} is not a regular file")
+            data = f.read(MAX_STACK_BYTES + 1)
+    if len(data) > MAX_STACK_BYTES:
+        raise ValueError(f"more than {MAX_STACK_BYTES} bytes; a stack file is under a kilobyte")
+    try:
+        loaded = json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deeply to be a stack") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"a JSON {type(loaded).__name__}, not an object")
+    return loaded
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    problem = _usage_problem(args)
+    if problem:
+        print(f"gpuenv verify: {problem}", file=sys.stderr)
+        return 2
     host = os.uname().nodename
     expect: dict[str, Any] = {}
     checks: list[Check] = []
     if args.stack:
         try:
-            expect = json.loads(sys.stdin.read() if args.stack == "-" else Path(args.stack).read_text())
+            expect = read_stack(args.stack)
         except (OSError, ValueError) as exc:
             checks = could_not_run(
                 f"cannot read the stack to check against, {args.stack}",
@@ -77,19 +134,32 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.python_missing}: no such file (the environment was removed or never built)",
             "rebuild the environment: ansible-playbook playbooks/site.yml --limit <host> (stage pytorch_env)",
         )
+
+    def finish(found: list[Check]) -> int:
+        report = to_report(found, host, stack=stack_id(expect), run=args.run)
+        # With --json -, the report is the standard output and the lines for people go to stderr.
+        outputs.print_lines(report, found, sys.stderr if args.json_out == "-" else sys.stdout)
+        try:
+            outputs.write(report, found, host, args.json_out, args.junit, args.prom)
+        except outputs.OutputError as exc:
+            print(f"gpuenv verify: {exc}", file=sys.stderr)
+            return 2
+        return int(report["exit_code"])
+
     if not checks:
-        checks = _checks_or_why(expect, args)
-    report = to_report(checks, host, stack=stack_id(expect), run=args.run)
-    # With --json -, the report is the standard output and the lines for people go to stderr.
-    outputs.print_lines(report, checks, sys.stderr if args.json_out == "-" else sys.stdout)
-    outputs.write(report, checks, host, args.json_out, args.junit, args.prom)
-    return int(report["exit_code"])
+        watchdog = deadline.Watchdog(total=args.deadline, per_check=args.check_deadline)
+        watchdog.watch(finish)
+        checks = _checks_or_why(expect, args, watchdog)
+        watchdog.stop()
+    return finish(checks)
 
 
-def _checks_or_why(expect: dict[str, Any], args: argparse.Namespace) -> list[Check]:
+def _checks_or_why(expect: dict[str, Any], args: argparse.Namespace, watchdog: deadline.Watchdog) -> list[Check]:
     try:
         import torch  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 - only here: --help needs no torch
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a torch that raises SystemExit on import must not end verify without a report
         return could_not_run(
             f"cannot import torch with {sys.executable}",
             f"{type(exc).__name__}: {exc}",
@@ -100,7 +170,7 @@ def _checks_or_why(expect: dict[str, Any], args: argparse.Namespace) -> list[Che
         if args.cpu_selftest:
             return plan.cpu_selftest(torch)
         ctx = Context(expect=expect, require_gpu=args.require_gpu, torch=torch)
-        return plan.run_checks(ctx, distributed=not args.no_distributed)
+        return plan.run_checks(ctx, distributed=not args.no_distributed, watchdog=watchdog)
     except Exception as exc:  # verify itself broke: say so in the report instead of leaving none
         return could_not_run(
             f"gpuenv verify itself failed ({type(exc).__name__})",

@@ -3,7 +3,10 @@ JUnit XML for CI, and the Prometheus text format for node_exporter's textfile co
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, TextIO
@@ -62,6 +65,45 @@ def print_lines(report: dict[str, Any], checks: list[Check], out: TextIO) -> Non
     print(f"{report['counts']}; exit {report['exit_code']}", file=out)
 
 
+class OutputError(Exception):
+    """A report file cannot be written where asked: one line, exit 2."""
+
+
+def path_problem(option: str, path: str) -> str | None:
+    """Why a report cannot go to PATH, checked before any check runs. verify may run as root into
+    a directory others can write: a link there would be followed, and a device (/dev/full) or a
+    directory given as the path would end in a traceback."""
+    target = Path(path)
+    if target.is_symlink():
+        return (
+            f"{option} {path} is a symbolic link; give the path of a regular file (verify never writes through a link)"
+        )
+    if target.exists() and not target.is_file():
+        return f"{option} {path} is not a regular file; give the path of a file to write"
+    if not target.parent.is_dir():
+        return f"{option} {path}: the directory {target.parent} does not exist; create it first"
+    return None
+
+
+def atomic_write(path: str, text: str) -> None:
+    """TEXT into PATH through a new file in the same directory, renamed over it: a reader (the
+    textfile collector, the fetch) never sees half a report, and a link planted at PATH after
+    the check is replaced, not followed."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def write(  # noqa: PLR0917 - the report, its checks, and where each format goes
     report: dict[str, Any],
     checks: list[Check],
@@ -70,12 +112,13 @@ def write(  # noqa: PLR0917 - the report, its checks, and where each format goes
     junit: str | None,
     prom: str | None,
 ) -> None:
-    """The files asked for; with json_out "-" the report is the standard output."""
+    """The files asked for; with json_out "-" the report is the standard output. OutputError
+    says which could not be written."""
     if json_out == "-":
         print(json.dumps(report, indent=2, default=str))
     elif json_out:
-        Path(json_out).write_text(json.dumps(report, indent=2, default=str) + "\n")
+        atomic_write(json_out, json.dumps(report, indent=2, default=str) + "\n")
     if junit:
-        Path(junit).write_text(to_junit(checks, host) + "\n")
+        atomic_write(junit, to_junit(checks, host) + "\n")
     if prom:
-        Path(prom).write_text(to_prometheus(checks, host))
+        atomic_write(prom, to_prometheus(checks, host))

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuenv.verify import compute, cuda_tree, distributed, driver, host, nvml, services, torchenv
 from gpuenv.verify.base import Context, Spec
+from gpuenv.verify.deadline import Watchdog
 from gpuenv.verify.model import Check
 
 CHECKS: list[Spec] = [
@@ -22,15 +23,22 @@ CHECKS: list[Spec] = [
 _DISTRIBUTED = distributed.CHECKS.specs
 
 
-def run(specs: list[Spec], ctx: Context) -> list[Check]:
-    """The checks' results in the order given; the checks that fork run first (see Spec.forks)."""
-    found = {s.id: s.run(ctx) for s in sorted(specs, key=lambda s: not s.forks)}
+def run(specs: list[Spec], ctx: Context, watchdog: Watchdog | None = None) -> list[Check]:
+    """The checks' results in the order given; the checks that fork run first (see Spec.forks).
+    The watchdog, where there is one, is told which check runs and what each found."""
+    found = {}
+    for spec in sorted(specs, key=lambda s: not s.forks):
+        if watchdog is not None:
+            watchdog.begin(spec.id)
+        found[spec.id] = spec.run(ctx)
+        if watchdog is not None:
+            watchdog.finish(found[spec.id])
     return [found[s.id] for s in specs]
 
 
-def run_checks(ctx: Context, *, distributed: bool = True) -> list[Check]:
+def run_checks(ctx: Context, *, distributed: bool = True, watchdog: Watchdog | None = None) -> list[Check]:
     """A host's checks: all of them, or all but the all-reduce (--no-distributed)."""
-    return run([s for s in CHECKS if distributed or s not in _DISTRIBUTED], ctx)
+    return run([s for s in CHECKS if distributed or s not in _DISTRIBUTED], ctx, watchdog)
 
 
 def cpu_selftest(torch: Any) -> list[Check]:
