@@ -261,9 +261,20 @@ def failure_text(
     return "\n".join(lines)
 
 
-def default_log_path(now: float) -> Path:
+def open_default_log(now: float) -> tuple[Path, TextIO]:
+    """A new log in the temporary directory, gpuenv-progress-<time>-<pid>-<random>.log, created
+    with O_EXCL and mode 0600 (mkstemp): /tmp is shared, so a name another account could guess is
+    never opened through a link it planted, nor one it made first."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return Path(tempfile.gettempdir()) / f"gpuenv-progress-{stamp}-{os.getpid()}.log"
+    fd, name = tempfile.mkstemp(prefix=f"gpuenv-progress-{stamp}-{os.getpid()}-", suffix=".log")
+    return Path(name), os.fdopen(fd, "w", encoding="utf-8", errors="replace")
+
+
+def open_log(path: Path) -> TextIO:
+    """The log the user named (GPUENV_PROGRESS_LOG): truncated and rewritten, mode 0600 where it is
+    created, and never through a symbolic link."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    return os.fdopen(fd, "w", encoding="utf-8", errors="replace")
 
 
 class Screen:

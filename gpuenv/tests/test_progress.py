@@ -5,8 +5,13 @@ are in test_progress_callback.py."""
 from __future__ import annotations
 
 import io
+import os
 import threading
+import time
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gpuenv import progress
 
@@ -258,3 +263,26 @@ def test_no_escape_codes_without_a_terminal_and_no_redraw_inside_a_line() -> Non
     screen.write(out, "Password: ")
     screen.draw(["sb1 a"])
     assert out.getvalue() == "Password: "
+
+
+def test_the_default_log_is_a_new_private_file_and_a_named_one_is_never_opened_through_a_link(tmp_path: Path) -> None:
+    """The temporary directory is shared: the default name carries a random part and is created O_EXCL, mode 0600; a
+    link planted at the name a user gave is refused (the callback then falls back to the default)."""
+    first, log = progress.open_default_log(0)
+    log.close()
+    second, log = progress.open_default_log(0)
+    log.close()
+    assert first != second
+    assert first.name.startswith(f"gpuenv-progress-{time.strftime('%Y%m%d-%H%M%S', time.localtime(0))}-{os.getpid()}-")
+    assert first.stat().st_mode & 0o777 == 0o600
+    first.unlink()
+    second.unlink()
+    decoy = tmp_path / "decoy"
+    decoy.write_text("precious\n")
+    (tmp_path / "run.log").symlink_to(decoy)
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        progress.open_log(tmp_path / "run.log")
+    assert decoy.read_text() == "precious\n"
+    with progress.open_log(tmp_path / "new.log") as named:
+        named.write("x")
+    assert (tmp_path / "new.log").stat().st_mode & 0o777 == 0o600

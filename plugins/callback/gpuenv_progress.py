@@ -13,7 +13,8 @@ task neither ignored nor caught by a block's rescue, an unreachable host) prints
 and the message in full, with the last lines of stdout and stderr; the end prints a recap per host.
 
 Everything the default callback would print goes to a log file instead, whose path is printed at
-the start and the end: GPUENV_PROGRESS_LOG, or ${TMPDIR:-/tmp}/gpuenv-progress-<time>-<pid>.log.
+the start and the end: GPUENV_PROGRESS_LOG, or a new ${TMPDIR:-/tmp}/gpuenv-progress-<time>-<pid>-<random>.log
+(mode 0600).
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ from ansible.plugins.loader import callback_loader
 from ansible.utils.color import stringc
 
 try:
-    from gpuenv.progress import REFRESH_S, Play, Progress, Screen, Stream, default_log_path, failure_text
+    from gpuenv.progress import REFRESH_S, Play, Progress, Screen, Stream, failure_text, open_default_log, open_log
     from gpuenv.stages import stage_of
 except ImportError:
     # ansible-playbook from a Python without gpuenv installed: the package sits two levels up.
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv.progress import REFRESH_S, Play, Progress, Screen, Stream, default_log_path, failure_text
+    from gpuenv.progress import REFRESH_S, Play, Progress, Screen, Stream, failure_text, open_default_log, open_log
     from gpuenv.stages import stage_of
 
 DOCUMENTATION = """
@@ -60,8 +61,8 @@ description:
 options:
   log_path:
     description:
-      - The log file for the default callback's full output; overwritten when it exists.
-      - Unset, ${TMPDIR:-/tmp}/gpuenv-progress-YYYYmmdd-HHMMSS-PID.log.
+      - The log file for the default callback's full output; overwritten when it exists, never through a link.
+      - Unset, a new file ${TMPDIR:-/tmp}/gpuenv-progress-YYYYmmdd-HHMMSS-PID-RANDOM.log, mode 0600.
     type: path
     env:
       - name: GPUENV_PROGRESS_LOG
@@ -144,14 +145,17 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]  # Ansible's base clas
 
     def _open_log(self) -> TextIO:
         wanted = self.get_option("log_path")
-        path = Path(wanted).expanduser() if wanted else default_log_path(time.time())
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            log = path.open("w", encoding="utf-8", errors="replace")
-        except OSError as exc:
-            fallback = default_log_path(time.time())
-            self._real[1].write(f"gpuenv_progress: cannot write {path} ({exc}); the log goes to {fallback}\n")
-            path, log = fallback, fallback.open("w", encoding="utf-8", errors="replace")
+        if not wanted:
+            path, log = open_default_log(time.time())
+        else:
+            path = Path(wanted).expanduser()
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                log = open_log(path)
+            except OSError as exc:
+                fallback, log = open_default_log(time.time())
+                self._real[1].write(f"gpuenv_progress: cannot write {path} ({exc}); the log goes to {fallback}\n")
+                path = fallback
         self._log_path = path.resolve()
         return log
 
