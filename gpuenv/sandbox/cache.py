@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import socket
@@ -38,7 +39,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from gpuenv.sandbox.cache_store import Cache, Stats, UpstreamError, cache_key, open_either, rewrite_simple_page
+from gpuenv.sandbox.cache_store import (
+    DEFAULT_UPSTREAMS,
+    PASSTHROUGH_CAP,
+    Cache,
+    Stats,
+    UpstreamError,
+    cache_key,
+    open_either,
+    rewrite_simple_page,
+)
 
 # The store's names its users (the fleet, the benchmarks, the tests) take from here.
 __all__ = [
@@ -119,6 +129,34 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.server.cache.stats.served(self.client_address[0], url, sent, once=once, whole=whole)
 
+    def _send_unsized(self, status: int, chunks: Iterator[bytes], extra: dict[str, str], *, url: str) -> None:
+        """An answer whose length upstream did not give: streamed, the connection's end its end (as
+        HTTP/1.0 servers answer), and cut at PASSTHROUGH_CAP so that no client makes the cache hold
+        or pass on an endless body."""
+        self.close_connection = True
+        self.send_response(status)
+        for key, value in extra.items():
+            if key.lower() != "content-length":
+                self.send_header(key, value)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        sent = 0
+        try:
+            for chunk in chunks:
+                if sent + len(chunk) > PASSTHROUGH_CAP:
+                    self.log_message(
+                        "%s", f"{url}: cut at {PASSTHROUGH_CAP} bytes, the cap on an answer without a length"
+                    )
+                    return
+                self.wfile.write(chunk)
+                sent += len(chunk)
+        except (UpstreamError, OSError) as exc:
+            self.log_message("%s", f"transfer of {url} ended after {sent} bytes: {exc}")
+            return
+        self.server.cache.stats.served(self.client_address[0], url, sent, once=False)
+
     def _send_file(self, url: str) -> None:
         """A PyPI file, or the byte range asked for where the file is complete in the cache, as
         PyPI's file host answers ranges: uv reads a wheel's metadata from its end that way rather
@@ -152,8 +190,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         cache = self.server.cache
         try:
-            if self.path.startswith("http://"):
+            if self.path.startswith(("http://", "https://")) or "://" in self.path.split("/", 1)[0]:
                 url = self.path
+                why = cache.refusal(url)
+                if why:
+                    self._error(403, why)
+                    return
                 if _IMMUTABLE_APT.search(urllib.parse.urlsplit(url).path):
                     length, chunks = cache.cached(url)
                     self._send(200, length, chunks, {"Content-Type": "application/octet-stream"}, url=url)
@@ -166,10 +208,10 @@ class Handler(BaseHTTPRequestHandler):
                         self.end_headers()
                         return
                     length = int(headers.get("Content-Length", "-1"))
-                    if length < 0:  # no length from upstream: read it whole first
-                        data = b"".join(body)
-                        length, body = len(data), iter([data])
-                    self._send(status, length, body, headers, url=url, once=False)
+                    if length < 0:  # no length from upstream: streamed as it comes, to a cap
+                        self._send_unsized(status, body, headers, url=url)
+                    else:
+                        self._send(status, length, body, headers, url=url, once=False)
             elif self.path.startswith("/pypi/simple/"):
                 project = self.path[len("/pypi/simple/") :].split("?")[0].strip("/")
                 if not project:
@@ -205,8 +247,14 @@ class Server(ThreadingHTTPServer):
         super().__init__(address, Handler)
 
 
+def upstreams_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The default upstreams and those GPUENV_CACHE_UPSTREAMS adds (host:port, comma-separated)."""
+    extra = (environ if environ is not None else dict(os.environ)).get("GPUENV_CACHE_UPSTREAMS", "")
+    return (*DEFAULT_UPSTREAMS, *(u.strip() for u in extra.split(",") if u.strip()))
+
+
 def serve(bind: str, port: int, directory: Path) -> None:
-    cache = Cache(directory, files_base=f"http://{bind}:{port}/pypi/files")
+    cache = Cache(directory, files_base=f"http://{bind}:{port}/pypi/files", upstreams=upstreams_from_env())
     server = Server((bind, port), cache)
     print(f"gpuenv sandbox cache on http://{bind}:{port}/ (files in {directory})", file=sys.stderr, flush=True)
     server.serve_forever()

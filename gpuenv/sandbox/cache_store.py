@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.client import HTTPResponse
 from pathlib import Path
@@ -40,14 +40,42 @@ def _ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=CA_BUNDLE if Path(CA_BUNDLE).exists() else None)
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# The upstreams apt may reach through this proxy: Debian's archive (its security suite is there too).
+# PyPI is reached through /pypi/ only, never as a proxy. A site's or a test's other upstreams are
+# named to the server (GPUENV_CACHE_UPSTREAMS, host:port comma-separated).
+DEFAULT_UPSTREAMS = ("deb.debian.org:80",)
+# The most a passed-through answer without a Content-Length may stream (InRelease is under a MB).
+PASSTHROUGH_CAP = 256 << 20
+
+
+def upstream_of(url: str) -> str:
+    """host:port of a URL, the port spelled out; "" when it has no host."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return ""
+    return f"{parts.hostname}:{port}" if parts.hostname and port else ""
+
+
 def cache_key(url: str) -> str:
-    """A relative path for a URL's cached copy: readable, and safe from `..` and odd characters."""
+    """A relative path for a URL's cached copy: readable, and safe from `..` and odd characters. A
+    port other than the scheme's own is part of it, so that two upstreams on one host never share
+    a file."""
     parts = urllib.parse.urlsplit(url)
     path = parts.path.lstrip("/")
     safe = "/".join(re.sub(r"[^A-Za-z0-9._+~=-]", "_", p) for p in path.split("/") if p not in ("", ".", ".."))
     if parts.query:
         safe += "_q" + hashlib.sha256(parts.query.encode()).hexdigest()[:16]
-    return f"{parts.scheme}/{parts.hostname}/{safe or '_index'}"
+    host = re.sub(r"[^A-Za-z0-9.-]", "_", parts.hostname or "_")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is not None and port != _DEFAULT_PORTS.get(parts.scheme):
+        host += f"_{port}"
+    return f"{parts.scheme}/{host}/{safe or '_index'}"
 
 
 def rewrite_simple_page(html: str, files_base: str, upstream_files: str = PYPI_FILES) -> str:
@@ -126,6 +154,18 @@ class Download:
         return self.final.with_name(f"{self.final.name}.{os.getpid()}.part")
 
 
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    def __init__(self, allowed: Callable[[str, str], bool]) -> None:
+        self.allowed = allowed
+
+    def redirect_request(  # noqa: PLR0917 - urllib's signature
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        if not self.allowed(req.full_url, newurl):
+            raise UpstreamError(502, f"{req.full_url}: upstream redirected to {newurl[:200]}, which is not an upstream")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def _orphaned(part: Path) -> bool:
     """A part file no live server writes: its server's pid is gone, or it has none (older ones)."""
     pid = part.name.removesuffix(".part").rsplit(".", 1)[-1]
@@ -159,9 +199,16 @@ def _grown(job: Download, sent: int) -> bool:
 
 class Cache:
     def __init__(
-        self, directory: Path, *, files_base: str, pypi_simple: str = PYPI_SIMPLE, pypi_files: str = PYPI_FILES
+        self,
+        directory: Path,
+        *,
+        files_base: str,
+        pypi_simple: str = PYPI_SIMPLE,
+        pypi_files: str = PYPI_FILES,
+        upstreams: tuple[str, ...] = DEFAULT_UPSTREAMS,
     ) -> None:
         self.directory = directory
+        self.upstreams = tuple(dict.fromkeys(upstreams))
         self.files_base = files_base  # how hosts reach /pypi/files/ on this server
         self.pypi_simple = pypi_simple.rstrip("/")
         self.pypi_files = pypi_files.rstrip("/")
@@ -169,6 +216,11 @@ class Cache:
         self._inflight: dict[str, Download] = {}
         self._lock = threading.Lock()
         self._ssl = _ssl_context()
+        # Redirects are followed only to where the request could have gone itself: an upstream's
+        # answer must not send the cache to the controller's loopback or a private address.
+        self._opener = urllib.request.build_opener(
+            urllib.request.HTTPSHandler(context=self._ssl), _Redirects(self._redirect_allowed)
+        )
         self._log_lock = threading.Lock()
         directory.mkdir(parents=True, exist_ok=True)
         # A killed server leaves partial files; they are never served, so they go. Those of a server
@@ -181,7 +233,7 @@ class Cache:
     def _open(self, url: str, headers: dict[str, str] | None = None) -> HTTPResponse:
         request = urllib.request.Request(url, headers={"User-Agent": "gpuenv-sandbox-cache", **(headers or {})})  # noqa: S310
         try:
-            response: HTTPResponse = urllib.request.urlopen(request, timeout=60, context=self._ssl)  # noqa: S310
+            response: HTTPResponse = self._opener.open(request, timeout=60)
             return response
         except urllib.error.HTTPError as exc:
             raise UpstreamError(exc.code, f"{url}: upstream answered {exc.code} {exc.reason}") from None
@@ -235,6 +287,26 @@ class Cache:
     def _publish(job: Download) -> None:
         """The part file becomes the final one: from here on the file is complete in the store."""
         job.part.replace(job.final)
+
+    def _redirect_allowed(self, old: str, new: str) -> bool:
+        target = upstream_of(new)
+        pypi = {upstream_of(self.pypi_simple), upstream_of(self.pypi_files)}
+        return bool(target) and (target == upstream_of(old) or target in self.upstreams or target in pypi)
+
+    def refusal(self, url: str) -> str | None:
+        """Why this proxy will not fetch URL for a client (None: it will). Only its upstreams, by
+        host and port: a client must not reach the controller's loopback, a private network or
+        the world through it."""
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "http":
+            return f"{url[:200]}: the sandbox cache proxies plain http:// to its upstreams only"
+        upstream = upstream_of(url)
+        if upstream not in self.upstreams:
+            return (
+                f"{upstream or url[:200]} is not an upstream of the sandbox cache (it forwards to "
+                f"{', '.join(self.upstreams)}); name another with GPUENV_CACHE_UPSTREAMS=host:port"
+            )
+        return None
 
     # --- what clients get -------------------------------------------------------------------------
     def complete(self, url: str) -> Path | None:

@@ -77,7 +77,11 @@ def customize(host: Host, pubkey: str) -> None:
     (root / "etc/resolv.conf").write_text(resolv)
     # Every host fetches Debian's packages and PyPI's files through the controller's download
     # cache, as a site's hosts go through its apt and PyPI proxies: N hosts, one upstream fetch.
-    (root / "etc/apt/apt.conf.d/00gpuenv-sandbox-cache").write_text(f'Acquire::http::Proxy "{cache_url()}/";\n')
+    # The controller's own servers (the mirror) are reached directly: the cache forwards only to
+    # Debian's archive, never to an address of the controller's networks.
+    (root / "etc/apt/apt.conf.d/00gpuenv-sandbox-cache").write_text(
+        f'Acquire::http::Proxy "{cache_url()}/";\nAcquire::http::Proxy::{controller_ip()} "DIRECT";\n'
+    )
     (root / "etc/pip.conf").write_text(
         f"[global]\nindex-url = {cache_url()}/pypi/simple\ntrusted-host = {controller_ip()}\n"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import http.client
 import http.server
 import json
 import socket
@@ -32,6 +33,7 @@ class Upstream(http.server.BaseHTTPRequestHandler):
     hits: ClassVar[collections.Counter[str]] = collections.Counter()
     release = b"Suite: bookworm\n"
     page = ""
+    unsized = 0  # bytes of an answer sent without a Content-Length (the connection's end is its end)
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -48,6 +50,18 @@ class Upstream(http.server.BaseHTTPRequestHandler):
                 time.sleep(0.02)
         elif self.path == "/debian/dists/bookworm/InRelease":
             self._body(type(self).release)
+        elif self.path == "/debian/dists/bookworm/elsewhere":
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:1/secret")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.path == "/debian/dists/bookworm/unsized":
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            for _ in range(0, type(self).unsized, 1000):
+                self.wfile.write(b"u" * 1000)
         elif self.path == "/simple/demo/":
             self._body(type(self).page.encode())
         elif self.path == "/files/ab/cd/demo-1.0-py3-none-any.whl":
@@ -86,6 +100,7 @@ def servers(tmp_path: Path) -> Iterator[tuple[str, str, cache.Cache]]:
         files_base=f"http://127.0.0.1:{port}/pypi/files",
         pypi_simple=f"{upstream}/simple",
         pypi_files=f"{upstream}/files",
+        upstreams=(f"127.0.0.1:{up.server_address[1]}",),
     )
     srv = cache.Server(("127.0.0.1", port), c)
     for s in (up, srv):
@@ -324,3 +339,59 @@ def test_a_page_kept_by_one_instance_points_another_at_its_own_address(
     assert 'href="http://10.199.9.1:3142/pypi/files/ab/cd/demo-1.0-py3-none-any.whl#sha256=' in page
     assert base not in page
     assert Upstream.hits["/simple/demo/"] == 1  # the kept copy served it
+
+
+def test_the_proxy_forwards_to_its_upstreams_only(servers: tuple[str, str, cache.Cache]) -> None:
+    """Not an open proxy: the controller's loopback, a private network, another port of the same
+    host or TLS are refused with 403 and the reason, and nothing is fetched for them."""
+    upstream, proxy, c = servers
+    port = int(upstream.rsplit(":", 1)[1])
+    for url in (
+        f"http://127.0.0.1:{port + 1}/debian/pool/main/n/nvidia/big.deb",
+        "http://10.0.0.1/debian/dists/bookworm/InRelease",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://localhost/",
+    ):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _via_proxy(proxy, url)
+        assert refused.value.code == 403
+        assert "is not an upstream of the sandbox cache" in refused.value.read().decode()
+    assert c.stats.snapshot()["upstream_requests"] == 0
+    assert Upstream.hits == {}
+    assert c.refusal("https://deb.debian.org/debian/") is not None
+    # An upstream's redirect elsewhere is not followed either.
+    with pytest.raises(urllib.error.HTTPError) as redirected:
+        _via_proxy(proxy, f"{upstream}/debian/dists/bookworm/elsewhere")
+    assert redirected.value.code == 502
+    assert "which is not an upstream" in redirected.value.read().decode()
+    assert c.refusal(f"{upstream}/debian/dists/bookworm/InRelease") is None
+    assert cache.Cache(c.directory, files_base="http://x/pypi/files").refusal("http://deb.debian.org/debian/x") is None
+
+
+def test_two_ports_of_one_host_never_share_a_cached_file() -> None:
+    one = cache.cache_key("http://mirror.example:8080/debian/pool/x.deb")
+    two = cache.cache_key("http://mirror.example:9090/debian/pool/x.deb")
+    assert one != two
+    # The default port keeps the keys a warm cache already has.
+    assert cache.cache_key("http://deb.debian.org:80/debian/pool/x.deb") == "http/deb.debian.org/debian/pool/x.deb"
+    assert cache.cache_key("http://deb.debian.org/debian/pool/x.deb") == "http/deb.debian.org/debian/pool/x.deb"
+
+
+def test_an_answer_without_a_length_streams_and_is_cut_at_the_cap(
+    servers: tuple[str, str, cache.Cache], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream, proxy, _ = servers
+    monkeypatch.setattr(cache, "PASSTHROUGH_CAP", 64 * 1024)
+    Upstream.unsized = 1 << 20
+    try:
+        body = _via_proxy(proxy, f"{upstream}/debian/dists/bookworm/unsized")
+    except (urllib.error.URLError, OSError, http.client.IncompleteRead) as exc:  # cut short: the connection ends
+        body = getattr(exc, "partial", b"")
+    finally:
+        Upstream.unsized = 0
+    assert len(body) <= 64 * 1024
+    Upstream.unsized = 1000
+    try:
+        assert _via_proxy(proxy, f"{upstream}/debian/dists/bookworm/unsized") == b"u" * 1000
+    finally:
+        Upstream.unsized = 0
