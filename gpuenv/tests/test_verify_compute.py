@@ -7,6 +7,7 @@ here that needs one is skipped, saying so; run them with a Python that has torch
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -67,6 +68,40 @@ def test_the_all_reduce_over_gloo_between_two_forked_ranks(torch: Any) -> None:
         pytest.skip("the GPU-only part: a host with a GPU runs one rank per GPU over NCCL (molecule, a GPU host)")
     check = distributed.all_reduce.run(base.Context(torch=torch))
     assert (check.status, check.observed) == (PASS, {"backend": "gloo", "processes": 2}), check
+
+
+def test_the_all_reduce_s_ranks_meet_through_a_private_file_store_not_a_port(
+    torch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify may run as root: a TCPStore on a port it picked and released is a port any local
+    account can race for. No TCPStore is made, and the store's directory is verify's alone."""
+    if torch.version.cuda and torch.cuda.is_available():
+        pytest.skip("the GPU-only part: a host with a GPU runs one rank per GPU over NCCL (molecule, a GPU host)")
+    import importlib  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    # The module, not the function torch.distributed exports under the same name.
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+
+    def no_tcp_store(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a TCPStore was made")
+
+    monkeypatch.setattr(torch.distributed, "TCPStore", no_tcp_store)
+    monkeypatch.setattr(rendezvous, "TCPStore", no_tcp_store)
+    made: list[tuple[str, int]] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        path = real_mkdtemp(*args, **kwargs)
+        made.append((path, os.stat(path).st_mode & 0o777))
+        return path
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    check = distributed.all_reduce.run(base.Context(torch=torch))
+    assert (check.status, check.observed) == (PASS, {"backend": "gloo", "processes": 2}), check
+    [(path, mode)] = made
+    assert mode == 0o700
+    assert not os.path.exists(path)  # removed after the check
 
 
 def test_the_compute_checks_on_a_gpu(cuda: Any) -> None:

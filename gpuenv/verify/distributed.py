@@ -1,7 +1,13 @@
 """An all-reduce across processes: one per GPU over NCCL, or two over gloo on a host without one.
 The ranks are forked from verify's own process, which has imported torch already, so the check
 costs the all-reduce and not a torch import per rank; it runs before any other check touches CUDA
-(Spec.forks), because CUDA does not survive a fork once initialised."""
+(Spec.forks), because CUDA does not survive a fork once initialised.
+
+The ranks meet through a file store in a directory of verify's own (mode 0700), not a TCPStore on
+a port: verify may run as root, and any local account could race for a port picked and released,
+then feed the ranks what it liked. The backends' own rank-to-rank sockets (gloo's pairs, NCCL's
+bootstrap) stay on loopback and carry the check's four numbers only: whoever reaches one can at
+worst make the check fail, never run code."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import contextlib
 import os
 import queue
 import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -19,7 +26,7 @@ CHECKS = Checks()
 _TIMEOUT = 120  # seconds for every rank to report
 
 
-def _allreduce_worker(rank: int, world: int, port: int, results: Any) -> None:
+def _allreduce_worker(rank: int, world: int, store_path: str, results: Any) -> None:
     """One rank, in a process forked from verify after `import torch`: it picks NCCL and its own
     GPU where torch sees one, gloo on the CPU otherwise."""
     try:
@@ -30,7 +37,8 @@ def _allreduce_worker(rank: int, world: int, port: int, results: Any) -> None:
         backend = "nccl" if on_gpu else "gloo"
         if on_gpu:
             torch.cuda.set_device(rank)
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        store = dist.FileStore(store_path, world)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world)
         x = torch.ones(4, device="cuda" if on_gpu else "cpu") * (rank + 1)
         dist.all_reduce(x)
         total = float(world * (world + 1) // 2)
@@ -39,15 +47,6 @@ def _allreduce_worker(rank: int, world: int, port: int, results: Any) -> None:
         results.put((rank, backend, ok, None if ok else f"rank {rank} got {x.tolist()}, not {[total] * 4}"))
     except Exception as exc:  # the rank's failure is the check's observation
         results.put((rank, "?", False, f"rank {rank}: {type(exc).__name__}: {exc}"))
-
-
-def _free_port() -> int:
-    import socket  # noqa: PLC0415 - only this check listens
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _gpu_count_without_cuda_init(ctx: Context) -> int:
@@ -88,11 +87,15 @@ def all_reduce(ctx: Context, me: Spec) -> Check:
     world = gpus if gpus > 0 else 2
     mp = multiprocessing.get_context("fork")
     results = mp.Queue()
-    port = _free_port()
-    procs = [mp.Process(target=_allreduce_worker, args=(rank, world, port, results)) for rank in range(world)]
-    for proc in procs:
-        proc.start()
-    found = _gather(procs, results, world)
+    private = tempfile.mkdtemp(prefix="gpuenv-verify-dist-")  # 0700, verify's own
+    try:
+        store = os.path.join(private, "store")
+        procs = [mp.Process(target=_allreduce_worker, args=(rank, world, store, results)) for rank in range(world)]
+        for proc in procs:
+            proc.start()
+        found = _gather(procs, results, world)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     backend = "/".join(sorted({b for _, b, _, _ in found if b != "?"})) or "?"
     problems = [msg for _, _, ok, msg in found if not ok and msg]
     if len(found) < world:
