@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 from gpuenv.sandbox import fleet
@@ -49,6 +50,26 @@ def test_onboarding_a_new_member_ends_with_verify_run_as_them(site: Site) -> Non
     again = site.play("onboard.yml", "--limit", "sb1", "-e", "onboard_user_name=carol")
     assert again.returncode == 0
     assert recap(again.stdout)["sb1"]["changed"] == 0
+
+
+def test_a_member_s_own_start_up_files_cannot_write_the_onboarding_report(site: Site) -> None:
+    """The report the controller keeps comes from verify run as the member in a clean environment
+    with the group's profile alone: a gpuenv-verify their ~/.bash_profile defines never runs."""
+    forged = '{"schema_version": 2, "host": "forged", "exit_code": 0, "checks": [{"id": "forged", "status": "pass"}]}'
+    dotfile = base64.b64encode(f"gpuenv-verify() {{ echo '{forged}'; }}\npython() {{ :; }}\n".encode()).decode()
+    plant = (
+        "(id dave >/dev/null 2>&1 || useradd -m -s /bin/bash dave) && cd ~dave"
+        f" && echo {dotfile} | base64 -d | tee -a .bash_profile >> .bashrc && chown dave: .bash_profile .bashrc"
+    )
+    placed = ssh("sb1", plant)
+    assert placed.returncode == 0, placed.stderr
+    run = site.play("onboard.yml", "--limit", "sb1", "-e", "onboard_user_name=dave")
+    assert run.returncode == 0, run.stdout[-4000:]
+    report = json.loads((site.reports / "onboard/sb1-dave.json").read_text())
+    assert report["host"] == "sb1"
+    assert "forged" not in [c["id"] for c in report["checks"]]
+    assert report["run_as"]["account"] == "dave"
+    assert report["run_as"]["environment"] == "env -i, /etc/profile.d/gpuenv-env-default.sh only"
 
 
 def test_onboarding_writes_nothing_through_links_a_member_planted(site: Site) -> None:
