@@ -97,6 +97,17 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
+    def _head(self, status: int, extra: dict[str, str], last: tuple[str, str]) -> bool:
+        """The status line and headers (upstream's length never passed on: LAST says how the body
+        ends); False when no body follows (HEAD)."""
+        self.send_response(status)
+        for key, value in extra.items():
+            if key.lower() != "content-length":
+                self.send_header(key, value)
+        self.send_header(*last)
+        self.end_headers()
+        return self.command != "HEAD"
+
     def _send(
         self,
         status: int,
@@ -108,13 +119,7 @@ class Handler(BaseHTTPRequestHandler):
         once: bool = True,
         whole: int | None = None,
     ) -> None:
-        self.send_response(status)
-        for key, value in (extra or {}).items():
-            if key.lower() != "content-length":
-                self.send_header(key, value)
-        self.send_header("Content-Length", str(length))
-        self.end_headers()
-        if self.command == "HEAD":
+        if not self._head(status, extra or {}, ("Content-Length", str(length))):
             return
         sent = 0
         try:
@@ -134,13 +139,7 @@ class Handler(BaseHTTPRequestHandler):
         HTTP/1.0 servers answer), and cut at PASSTHROUGH_CAP so that no client makes the cache hold
         or pass on an endless body."""
         self.close_connection = True
-        self.send_response(status)
-        for key, value in extra.items():
-            if key.lower() != "content-length":
-                self.send_header(key, value)
-        self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command == "HEAD":
+        if not self._head(status, extra, ("Connection", "close")):
             return
         sent = 0
         try:

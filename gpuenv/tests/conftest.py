@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 # torch's compiler (dynamo, which the compute checks' optimizer steps import) registers its stand-ins
 # for builtins such as sys.intern when first imported, and refuses the wrapper Ansible's module_utils
@@ -40,6 +41,19 @@ def run_tool(name: str, *args: str, env: dict[str, str], timeout: float) -> subp
         check=False,
         timeout=timeout,
     )
+
+
+def run_local_play(
+    tmp_path: Path, plays: list[dict[str, Any]], venv_env: dict[str, str], *, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """Write PLAYS to tmp_path/play.yml and run it on the controller (localhost, local connection,
+    this venv's Python), with the repo's roles: a role's task file run for real, as on a host."""
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(plays, sort_keys=False))
+    env = dict(venv_env, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
+    return run_tool(
+        "ansible-playbook", "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"),
+        "-e", json.dumps({"ansible_python_interpreter": sys.executable}), env=env, timeout=timeout,
+    )  # fmt: skip
 
 
 def check_mode_plans(

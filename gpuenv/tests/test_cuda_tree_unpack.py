@@ -5,17 +5,14 @@ which ends readable by all and writable by root alone."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import stat
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-import yaml
 
-from gpuenv.tests.conftest import run_tool
+from gpuenv.tests.conftest import run_local_play
 
 REPO = Path(__file__).resolve().parents[2]
 TREE = {"name": "cuda_toolkit", "tasks_from": "tree.yml"}
@@ -63,12 +60,7 @@ def test_an_archive_s_setuid_bits_and_owners_never_reach_the_tree(tmp_path: Path
         }
     ]
     (tmp_path / "root").mkdir()
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    env = dict(venv_env, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
-    out = run_tool(
-        "ansible-playbook", "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"),
-        "-e", json.dumps({"ansible_python_interpreter": sys.executable}), env=env, timeout=180,
-    )  # fmt: skip
+    out = run_local_play(tmp_path, play, venv_env)
     assert out.returncode == 0, out.stdout[-3000:]
     tree = tmp_path / "root/12.4-0123456789ab"
     entries = [tree, *tree.rglob("*")]

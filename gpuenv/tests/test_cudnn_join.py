@@ -4,14 +4,11 @@ record). site.yml starts the placement in cuda_build.yml and joins it in cuda_fi
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from gpuenv.tests.conftest import run_tool
+from gpuenv.tests.conftest import run_local_play
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,12 +54,7 @@ def test_a_background_placement_that_failed_fails_the_host_at_the_join_with_its_
 ) -> None:
     link, base = tmp_path / "cuda-12.4", tmp_path / "no-toolkit-tree"
     (tmp_path / "unpack").mkdir()
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(_play(tmp_path, link, base), sort_keys=False))
-    env = dict(venv_env, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
-    out = run_tool(
-        "ansible-playbook", "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"),
-        "-e", json.dumps({"ansible_python_interpreter": sys.executable}), env=env, timeout=180,
-    )  # fmt: skip
+    out = run_local_play(tmp_path, _play(tmp_path, link, base), venv_env)
     assert out.returncode != 0, out.stdout[-3000:]
     assert "cudnn : Wait for each tree's cuDNN, placed in the background" in out.stdout
     assert f"the toolkit tree {base} does not exist: run the cuda_toolkit role" in out.stdout, out.stdout[-3000:]

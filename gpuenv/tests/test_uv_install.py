@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
-import json
 import os
 import shutil
 import sys
@@ -18,9 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from gpuenv.tests.conftest import run_tool
+from gpuenv.tests.conftest import run_local_play
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = Path("/opt/gpuenv/tools")
@@ -88,12 +86,7 @@ def _run(tmp_path: Path, venv_env: dict[str, str], **role_vars: object) -> str:
             ],
         }
     ]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    env = dict(venv_env, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
-    out = run_tool(
-        "ansible-playbook", "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"),
-        "-e", json.dumps({"ansible_python_interpreter": sys.executable}), env=env, timeout=300,
-    )  # fmt: skip
+    out = run_local_play(tmp_path, play, venv_env, timeout=300)
     assert out.returncode != 0, out.stdout[-3000:]
     return out.stdout
 

@@ -37,7 +37,7 @@ def _allreduce_worker(rank: int, world: int, store_path: str, results: Any) -> N
         backend = "nccl" if on_gpu else "gloo"
         if on_gpu:
             torch.cuda.set_device(rank)
-        store = dist.FileStore(store_path, world)
+        store = dist.FileStore(store_path, world)  # type: ignore[attr-defined,unused-ignore]  # torch exports it untyped
         dist.init_process_group(backend, store=store, rank=rank, world_size=world)
         x = torch.ones(4, device="cuda" if on_gpu else "cpu") * (rank + 1)
         dist.all_reduce(x)
