@@ -102,3 +102,14 @@ def test_the_module_refuses_a_cudnn_sha256_that_is_not_one(
     assert result["failed"]
     assert "cudnn_sha256 '../../../../../tmp/evil' is not a sha256" in result["msg"]
     assert not (tmp_path / "tmp").exists()
+
+
+def test_a_record_reached_through_a_linked_tree_is_read_but_a_linked_record_is_not(tmp_path: Path) -> None:
+    tree = tmp_path / "cuda-12.4.1-abc"
+    path = _record(tree, {"sha256": GOOD, "version": "9.1.0.70", "files": []})
+    (tmp_path / "cuda-12.4").symlink_to(tree.name)
+    assert files.read_json(str(tmp_path / "cuda-12.4" / files.UNPACKED)) is not None
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / files.UNPACKED).symlink_to(path)
+    with pytest.raises(files.TreeError, match="is not a plain file"):
+        files.read_json(str(tmp_path / "elsewhere" / files.UNPACKED))

@@ -237,7 +237,10 @@ def _untrusted(path: str) -> str | None:
     """Why a record at PATH could have been written by another account than this one (root), or
     None: the file and its directory are this account's, neither writable by group or others."""
     me = os.geteuid()
-    for entry, kind in ((os.path.dirname(os.path.abspath(path)), "directory"), (path, "file")):
+    # The directory as it really is (a tree is often named through a link, /usr/local/cuda-X.Y);
+    # the record itself is never a link.
+    directory = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    for entry, kind in ((directory, "directory"), (path, "file")):
         st = os.lstat(entry)
         if (kind == "file") != os.path.isfile(entry) or os.path.islink(entry):
             return f"{entry} is not a plain {kind}"
