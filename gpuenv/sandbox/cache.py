@@ -135,23 +135,25 @@ class Handler(BaseHTTPRequestHandler):
         self.server.cache.stats.served(self.client_address[0], url, sent, once=once, whole=whole)
 
     def _send_unsized(self, status: int, chunks: Iterator[bytes], extra: dict[str, str], *, url: str) -> None:
-        """An answer whose length upstream did not give: streamed, the connection's end its end (as
-        HTTP/1.0 servers answer), and cut at PASSTHROUGH_CAP so that no client makes the cache hold
-        or pass on an endless body."""
-        self.close_connection = True
-        if not self._head(status, extra, ("Connection", "close")):
+        """An answer whose length upstream did not give (its own answer was chunked): streamed in
+        HTTP/1.1 chunks as it comes, and cut at PASSTHROUGH_CAP, the connection ended without the
+        last chunk, so that no client makes the cache hold or pass on an endless body."""
+        if not self._head(status, extra, ("Transfer-Encoding", "chunked")):
             return
         sent = 0
         try:
             for chunk in chunks:
                 if sent + len(chunk) > PASSTHROUGH_CAP:
-                    self.log_message(
-                        "%s", f"{url}: cut at {PASSTHROUGH_CAP} bytes, the cap on an answer without a length"
-                    )
+                    self.close_connection = True
+                    cut = f"{url}: cut at {PASSTHROUGH_CAP} bytes, the cap on an answer without a length"
+                    self.log_message("%s", cut)
                     return
-                self.wfile.write(chunk)
-                sent += len(chunk)
+                if chunk:
+                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                    sent += len(chunk)
+            self.wfile.write(b"0\r\n\r\n")
         except (UpstreamError, OSError) as exc:
+            self.close_connection = True
             self.log_message("%s", f"transfer of {url} ended after {sent} bytes: {exc}")
             return
         self.server.cache.stats.served(self.client_address[0], url, sent, once=False)

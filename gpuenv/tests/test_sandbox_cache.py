@@ -392,6 +392,18 @@ def test_an_answer_without_a_length_streams_and_is_cut_at_the_cap(
     assert len(body) <= 64 * 1024
     Upstream.unsized = 1000
     try:
-        assert _via_proxy(proxy, f"{upstream}/debian/dists/bookworm/unsized") == b"u" * 1000
+        # In HTTP/1.1 chunks, and the connection stays open for the next request: apt pipelines its
+        # requests and reports an "Undetermined Error" for a body that ends with the connection.
+        host, port = proxy.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        for _ in range(2):
+            connection.request("GET", f"{upstream}/debian/dists/bookworm/unsized")
+            answer = connection.getresponse()
+            assert (answer.status, answer.getheader("Transfer-Encoding"), answer.read()) == (
+                200,
+                "chunked",
+                b"u" * 1000,
+            )
+        connection.close()
     finally:
         Upstream.unsized = 0
