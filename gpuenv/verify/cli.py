@@ -94,7 +94,7 @@ def read_stack(source: str) -> dict[str, Any]:
     if source == "-":
         data = sys.stdin.buffer.read(MAX_STACK_BYTES + 1)
     else:
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, and is refused below
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ValueError(f"{source} is not a regular file")
