@@ -52,6 +52,7 @@ class Plan:
     uid: int = 0
     gid: int = 0
     account: str = "root"
+    home: str | None = None  # the account's home (its shell files name its library path)
 
     def describe(self) -> str:
         """The report's words for it."""
@@ -221,23 +222,23 @@ def plan(host: Host, env: Env, ld_dirs: Iterable[str], cache: Mapping[str, list[
         gid = host.account_gid(owner)
         name = host.account_name(owner)
         if gid is not None and name is not None:
-            return Plan(OWNER, why, uid=owner, gid=gid, account=name)
+            return Plan(OWNER, why, uid=owner, gid=gid, account=name, home=host.account_home(owner))
         return Plan(READ, f"{why}, and uid {owner} has no account to run it as")
     return Plan(READ, why)
 
 
-def session_for(plan: Plan, session: list[LibPath], home: str | None) -> list[LibPath]:
+def session_for(plan: Plan, session: list[LibPath]) -> list[LibPath]:
     """The library path sources of the files a run's sessions read: the system's, and the shell
     files of the account it runs as. Another account's shell files never reach a run as root. (The
     value of doctor's own shell is the caller's to add, for a run as root or as doctor's user.)"""
     files = [lp for lp in session if lp.source != SESSION_SHELL]
     if plan.how == SELF:
         return files
-    mine = home.rstrip("/") + "/" if home else None
+    mine = plan.home.rstrip("/") + "/" if plan.home else None
     return [lp for lp in files if lp.source.startswith("/etc/") or (mine and lp.source.startswith(mine))]
 
 
-def environ_for(plan: Plan, environ: Mapping[str, str], home: str | None) -> dict[str, str]:
+def environ_for(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment a run gets: doctor's own for a run as root or as doctor's user (less
     LD_LIBRARY_PATH, set apart), a scrubbed one for a run as another account. No run writes
     bytecode caches: doctor only reads."""
@@ -245,7 +246,7 @@ def environ_for(plan: Plan, environ: Mapping[str, str], home: str | None) -> dic
         kept = {k: v for k, v in environ.items() if k != "LD_LIBRARY_PATH"}
     else:
         kept = {k: environ[k] for k in _KEPT if k in environ}
-        kept |= {"PATH": _PATH, "HOME": home or "/", "USER": plan.account, "LOGNAME": plan.account}
+        kept |= {"PATH": _PATH, "HOME": plan.home or "/", "USER": plan.account, "LOGNAME": plan.account}
     return {**kept, "PYTHONDONTWRITEBYTECODE": "1"}
 
 

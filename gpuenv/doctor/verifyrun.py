@@ -51,24 +51,23 @@ def plan(host: Host, env: Env, session: list[LibPath], cache: Mapping[str, list[
     shell = host.environ.get("LD_LIBRARY_PATH", "")
     if host.uid != 0:
         self_plan = trust.plan(host, env, [], cache)
-        return self_plan, library_path(env, trust.session_for(self_plan, session, None), shell)
-    as_root = trust.Plan(trust.ROOT, "")
-    root_path = library_path(env, trust.session_for(as_root, session, host.account_home(0) or "/root"), shell)
+        return self_plan, library_path(env, trust.session_for(self_plan, session), shell)
+    as_root = trust.Plan(trust.ROOT, "", home=host.account_home(0) or "/root")
+    root_path = library_path(env, trust.session_for(as_root, session), shell)
     chosen = trust.plan(host, env, [d for d in root_path.split(":") if d], cache)
     if chosen.how != trust.OWNER:
         return chosen, root_path
     if host.which("setpriv") is None:
         why = f"{chosen.why}, and setpriv (util-linux) is missing to run it as {chosen.account}"
         return trust.Plan(trust.READ, why), ""
-    home = host.account_home(chosen.uid)
-    return chosen, library_path(env, trust.session_for(chosen, session, home), "")
+    return chosen, library_path(env, trust.session_for(chosen, session), "")
 
 
 def run(  # noqa: PLR0917 - one environment's run, all of it needed
     host: Host, env: Env, pyz: Path, how: trust.Plan, ld_path: str, timeout: float
 ) -> dict[str, Any]:
     """verify's report for one environment (never None: a run that failed is a failing report)."""
-    environ = trust.environ_for(how, host.environ, host.account_home(how.uid) if how.how == trust.OWNER else None)
+    environ = trust.environ_for(how, host.environ)
     if ld_path and how.how != trust.OWNER:
         environ["LD_LIBRARY_PATH"] = ld_path
     argv = trust.command_for(how, [env.python, str(pyz), "--json", "-", "--no-distributed"], ld_path)
