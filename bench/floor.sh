@@ -16,7 +16,7 @@
 #   FLOOR_OVERLAP         1: the driver's apt install (and its DKMS build) runs in the background
 #                         while the CUDA, cuDNN and environment stages run (the Python packages the
 #                         environment needs are installed first: apt holds dpkg's lock throughout);
-#                         what the best overlap of the stages could give (issue 19's overlap lever)
+#                         what the best overlap of the stages could give (the overlap lever)
 # Each stage prints "floor-stage NAME SECONDS" on its own line; bench/run reads them. With
 # FLOOR_OVERLAP=1 the driver's line comes last and counts only the wait for it after the others.
 set -euo pipefail

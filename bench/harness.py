@@ -10,7 +10,7 @@
                            no hosts: the report and charts of an earlier run again, judged
                            against today's targets (its figures and commit unchanged)
 
-What is measured (issue 8), each against the sandbox stack (inventory/sandbox) with the driver in
+What is measured, each against the sandbox stack (inventory/sandbox) with the driver in
 full mode (its DKMS build), on hosts whose root has Debian's kernel package as a workstation has:
   bytes     upstream bytes of a cold fleet of 1 and of 4 hosts (each with an empty download cache)
   pairs     fresh host to verified stack: site.yml beside bench/floor.sh on an identical fresh host,
@@ -57,7 +57,7 @@ QUICK_DIR = DOCS_DIR / "quick"
 QUICK_BEGIN = "<!-- bench/run --quick: begin (generated; edit bench/harness.py, not this section) -->"
 QUICK_END = "<!-- bench/run --quick: end -->"
 PHASES = ("bytes", "pairs", "noop", "verify", "onboard", "fanout", "checkspec")
-# Issue 19's targets ("Faster than by hand"): a fresh host in at most 0.8 x the floor's time, a no-op
+# The targets ("Faster than by hand"): a fresh host in at most 0.8 x the floor's time, a no-op
 # under 10 s, under 2 s of the controller's CPU per no-op host; the earlier ones that were met stay.
 TARGETS = {
     "ratio": 0.8,

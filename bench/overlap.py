@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What overlapping the stages could buy at best (issue 19's overlap lever), measured on the floor:
+"""What overlapping the stages could buy at best (the overlap lever), measured on the floor:
 bench/floor.sh as it is (one stage after another) beside the same script with the driver's apt
 install and DKMS build in the background while the CUDA, cuDNN and environment stages run
 (FLOOR_OVERLAP=1), on two identical fresh sandbox hosts, alternating which goes first.

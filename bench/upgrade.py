@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A torch-only upgrade (issue 19): the same driver, toolkit and cuDNN, a new torch, on a host that
+"""A torch-only upgrade: the same driver, toolkit and cuDNN, a new torch, on a host that
 site.yml provisioned. gpuenv's playbooks/upgrade.yml beside the floor, a careful person's new venv
 and `pip install` of the same requirements next to the old environment:
 

@@ -58,7 +58,8 @@ def _profiles(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     try:
         since = fleetreport.parse_since(args.since) if args.since else None
-        hosts = fleetreport.load(Path(args.dir), since, args.run)
+        run = None if args.all_runs else (args.run or fleetreport.last_run(Path(args.dir)))
+        hosts = fleetreport.load(Path(args.dir), since, run)
     except fleetreport.ReportError as exc:
         print(f"gpuenv report: {exc}", file=sys.stderr)
         return 2
@@ -267,7 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--since",
         help="the run's start (ISO 8601, e.g. 2026-12-01T22:48:00+00:00): a report made before it is marked STALE",
     )
-    report.add_argument("--run", help="the playbooks' run id: a report of another run is marked STALE")
+    report.add_argument(
+        "--run",
+        help="the playbooks' run id: a report of another run is marked STALE (default: the last run that wrote "
+        f"reports into DIR, from DIR/{fleetreport.LAST_RUN})",
+    )
+    report.add_argument(
+        "--all-runs", action="store_true", help="count every report in DIR as current, whichever run left it"
+    )
     report.set_defaults(func=_report)
 
     # Listed for --help; main() hands `verify ...` to gpuenv.verify's own parser.

@@ -1,4 +1,4 @@
-"""The conda way to pin a stack's torch (issue 16): conda specs per channel style, from
+"""The conda way to pin a stack's torch: conda specs per channel style, from
 gpuenv/data/conda.yaml, and the old `conda install ... -c pytorch` command read back into a stack.
 
 Styles:

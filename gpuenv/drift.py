@@ -31,6 +31,18 @@ def _xy(version: str) -> str:
 _TOOLING = {"pip", "setuptools", "wheel"}
 
 
+def lock_differences(lock: str, freeze: str) -> dict[str, list[str]]:
+    """What an environment holds (`pip freeze --all`) beyond, short of or other than its lock:
+    {added: ["name==version"], missing: [...], changed: ["name: locked -> found"]}. drift reports it;
+    the pytorch_env role puts an environment that differs back to its lock."""
+    locked, frozen = hostparse.parse_lock(lock), hostparse.parse_freeze(freeze)
+    return {
+        "added": sorted(f"{n}=={v}" for n, v in frozen.items() if n not in locked and n not in _TOOLING),
+        "missing": sorted(f"{n}=={v}" for n, v in locked.items() if n not in frozen),
+        "changed": sorted(f"{n}: {locked[n]} -> {v}" for n, v in frozen.items() if n in locked and locked[n] != v),
+    }
+
+
 # The daemons gpu_services enables (its record's keys), with the unit each runs as.
 SERVICE_UNITS = {"persistenced": "nvidia-persistenced", "fabricmanager": "nvidia-fabricmanager"}
 
@@ -74,6 +86,33 @@ def service_checks(record: Any, units: Mapping[str, Any] | None) -> list[Check]:
     return checks
 
 
+def since_last_run(converged: Mapping[str, Any] | None) -> list[Check]:
+    """drift.since_last_run: the places gpuenv writes (package database, apt pins, modprobe and
+    loader settings, profile scripts, the trees and environments, the records, the daemons' states)
+    against the stamp of the host's last complete site.yml run (the gpuenv_converged module, in
+    check mode). What no other check reads (a hold taken off, a pin file or the nouveau blacklist
+    removed, a profile script gone, the environment's group changed) is seen here. No stamp (a
+    host site.yml never finished on, or one whose stamp a run cleared): nothing to compare."""
+    if not converged or converged.get("why", "").startswith("no stamp"):
+        return [
+            Check("drift.since_last_run", "skip", "no stamp of a complete site.yml run on the host to compare with")
+        ]
+    places = [p.split(":", 1)[-1] for p in converged.get("differs", []) if p != "inputs"]
+    return [
+        _check(
+            "drift.since_last_run",
+            not places,
+            "nothing gpuenv wrote changed since its last complete run"
+            if not places
+            else "changed since the last complete run of site.yml: " + ", ".join(places),
+            places,
+            "the host as its last complete run left it",
+            hint="something other than gpuenv changed what it installed there; run playbooks/site.yml, which "
+            "sees the change and runs every stage to put the host back",
+        )
+    ]
+
+
 def compare(
     resolved: dict[str, Any],
     facts: dict[str, Any],
@@ -83,6 +122,7 @@ def compare(
     lock: str | None,
     freeze: str | None,
     services: Mapping[str, Any] | None = None,
+    converged: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The drift checks of one host (as the report's dicts): its records and what is live, against
     the declared stack. services: the host's systemd units as service_facts reports them, for the
@@ -179,10 +219,8 @@ def compare(
         )
     )
     if lock is not None and freeze is not None:
-        locked, frozen = hostparse.parse_lock(lock), hostparse.parse_freeze(freeze)
-        extra = sorted(f"{n}=={v}" for n, v in frozen.items() if n not in locked and n not in _TOOLING)
-        missing = sorted(f"{n}=={v}" for n, v in locked.items() if n not in frozen)
-        changed = sorted(f"{n}: {locked[n]} -> {v}" for n, v in frozen.items() if n in locked and locked[n] != v)
+        differs = lock_differences(lock, freeze)
+        extra, missing, changed = differs["added"], differs["missing"], differs["changed"]
         ok = not (extra or missing or changed)
         checks.append(
             _check(
@@ -200,13 +238,15 @@ def compare(
                     )
                     if part
                 ),
-                {"added": extra, "missing": missing, "changed": changed},
+                differs,
                 "the lock's packages, no others",
                 hint="packages were installed into the shared environment by hand; run playbooks/site.yml "
-                "to rebuild it from its lock, or declare them in gpu_stack.packages",
+                "to put it back to its lock (the pytorch_env role does), or declare them in gpu_stack.packages",
             )
         )
     checks.extend(service_checks(facts.get("gpu_services"), services))
+    if converged is not None:
+        checks.extend(since_last_run(converged))
     return [c.as_dict() for c in checks]
 
 

@@ -138,6 +138,23 @@ def _checks(data: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], str]:
     return checks, ""
 
 
+# The last playbook run that wrote reports into a directory (playbooks/report-fleet.yml writes it):
+# `gpuenv report DIR` run later, by hand or by scripts/demo, counts that run's hosts only, and a
+# report another run left there (a benchmark's fan-out, a host since taken out of the inventory)
+# is STALE, never passed. Not *.json: it is not a host's report.
+LAST_RUN = ".last-run"
+
+
+def last_run(directory: Path) -> str | None:
+    """The id in DIR/.last-run, or None where there is none (reports from before runs had ids)."""
+    try:
+        data = json.loads((directory / LAST_RUN).read_text())
+    except (OSError, ValueError):
+        return None
+    run = data.get("run") if isinstance(data, dict) else None
+    return run if isinstance(run, str) and run else None
+
+
 def load(directory: Path, since: datetime.datetime | None = None, run: str | None = None) -> list[Host]:
     """The reports in directory. A report made before since, or (with run, the playbooks' run id)
     belonging to another run, is stale: that host was not verified in this run."""

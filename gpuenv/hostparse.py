@@ -306,3 +306,47 @@ def parse_rpm_qa(text: str) -> dict[str, str]:
         if len(fields) == 2:
             found[fields[0]] = fields[1]
     return found
+
+
+# --- LD_LIBRARY_PATH in a shell script or /etc/environment -------------------------------------
+_ASSIGN = re.compile(r"^\s*(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
+# The variable's own value inside a new one: $LD_LIBRARY_PATH, ${LD_LIBRARY_PATH} and the
+# ${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}} of NVIDIA's post-installation steps.
+_SELF = re.compile(r"\$\{LD_LIBRARY_PATH(?::[-+][^{}]*(?:\{[^{}]*\}[^{}]*)*)?\}|\$LD_LIBRARY_PATH\b")
+_VAR = re.compile(r"\$\{(?P<a>[A-Za-z_][A-Za-z0-9_]*)\}|\$(?P<b>[A-Za-z_][A-Za-z0-9_]*)")
+_MARK = "\0"
+
+
+def _value(raw: str) -> str:
+    text = raw.strip()
+    if text and text[0] in "'\"":
+        end = text.find(text[0], 1)
+        return text[1:end] if end > 0 else text[1:]
+    return re.split(r"\s+#|\s*;", text, maxsplit=1)[0].strip()
+
+
+def ld_library_path(text: str, home: str) -> list[str]:
+    """The directories a shell script (or /etc/environment) puts on LD_LIBRARY_PATH, in order, with
+    $HOME, ~ and the variables the script sets itself expanded; entries that still hold an unknown
+    variable are left out."""
+    known = {"HOME": home}
+    current: list[str] = []
+    for line in text.splitlines():
+        match = _ASSIGN.match(line)
+        if not match:
+            continue
+        value = _value(match["value"])
+        if match["name"] != "LD_LIBRARY_PATH":
+            known[match["name"]] = _VAR.sub(lambda m: known.get(m["a"] or m["b"], m[0]), value)
+            continue
+        new: list[str] = []
+        for raw in _SELF.sub(f":{_MARK}:", value).split(":"):
+            if _MARK in raw:
+                new += current
+                continue
+            part = _VAR.sub(lambda m: known.get(m["a"] or m["b"], m[0]), raw)
+            part = home + part[1:] if part.startswith("~") else part
+            if part.startswith("/") and "$" not in part:
+                new.append(part.rstrip("/") or "/")
+        current = list(dict.fromkeys(new))
+    return current

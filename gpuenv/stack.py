@@ -245,7 +245,7 @@ def load_stack_document(path: Path) -> dict[str, Any]:
         raise SpecError(
             [
                 f"{path}: no top-level '{TOP_KEY}' key. A stack file is a group_vars file whose "
-                f"'{TOP_KEY}:' mapping declares the stack; see the README's stack file reference."
+                f"'{TOP_KEY}:' mapping declares the stack; see docs/stack-file.md."
             ]
         )
     stack = document[TOP_KEY]

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuenv.compat import CompatData
 
-# The gpu_stack keys in the order the README's reference gives them.
+# The gpu_stack keys in the order docs/stack-file.md gives them.
 _ORDER = ("gpu", "os", "driver", "cuda", "cudnn", "python", "torch", "torch_variant")
 
 

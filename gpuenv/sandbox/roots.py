@@ -118,7 +118,7 @@ def _build_root(root: Path, rel: Release, packages: tuple[str, ...]) -> Path:
     (building / "etc/apt/sources.list").write_text(_sources(rel.suite))
     # debootstrap fetched the index of main alone; without a refresh the root's sources name
     # contrib and non-free while its index lacks them, and apt on a host booted from it offers
-    # no nvidia-cuda-toolkit until its index is older than the roles' cache_valid_time (issue 14).
+    # no nvidia-cuda-toolkit until its index is older than the roles' cache_valid_time.
     try:
         # --error-on=any: a source that failed to fetch fails the build, not a root cached without it.
         run(

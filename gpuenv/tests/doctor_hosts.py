@@ -372,7 +372,7 @@ def generate(dest: Path) -> None:
 
 
 def show(name: str, *, as_json: bool = False) -> str:
-    """What `gpuenv doctor` prints on one of the two hosts (the README's example)."""
+    """What `gpuenv doctor` prints on one of the two hosts (docs/commands.md's example)."""
     with tempfile.TemporaryDirectory() as tmp:
         fh = {"messy": messy, "clean": clean}[name](Path(tmp) / "root")
         found = examine(fh.host(), load(), Options())

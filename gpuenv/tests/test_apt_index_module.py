@@ -122,7 +122,7 @@ def test_parses_apts_own_lines_and_fields_it_leaves_blank() -> None:
 def test_a_component_added_within_the_hour_is_fetched_before_the_answer(
     host: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The debootstrap root's case (issue 14): main was fetched a minute ago, non-free never.
+    # The debootstrap root's case: main was fetched a minute ago, non-free never.
     apt = FakeApt(host, INDEXTARGETS, {}, {"nvidia-cuda-toolkit": MADISON})
     _fetched(apt, age=60, sources_age=3000, host=host)
     for name in apt.lists.glob("*non-free*"):
@@ -263,7 +263,7 @@ def test_a_held_apt_lock_is_waited_for(
 def test_apts_retries_are_written_once_and_check_mode_only_reports_them(
     host: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A dropped link during a package download (issue 17, item 7): apt tries again, for the
+    # A dropped link during a package download: apt tries again, for the
     # packages the roles install after this module, which Ansible's apt module cannot tell.
     apt = FakeApt(host, INDEXTARGETS, {"nvidia-cuda-toolkit": MADISON}, {"nvidia-cuda-toolkit": MADISON})
     _fetched(apt, age=60, sources_age=3000, host=host)

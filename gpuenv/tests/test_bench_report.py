@@ -1,4 +1,4 @@
-"""bench/run's report: issue 19's targets judged honestly, and the quick run's own section of
+"""bench/run's report: the targets judged honestly, and the quick run's own section of
 docs/benchmarks.md beside the full run's."""
 
 from __future__ import annotations

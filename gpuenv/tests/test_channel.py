@@ -1,7 +1,7 @@
 """The sandbox's conda channel: conda-forge's names and build strings from wheels' metadata, rattler-build
 recipes cached by their hash, a py-rattler index. Unit tests build small channels from wheels made here
 (seconds); the last three build the real one or find it cached (cold: about 3.5 GB downloaded, Python
-compiled twice; see README "The local conda channel") and install pytorch from it with py-rattler.
+compiled twice; see docs/sandbox.md, "The local conda channel") and install pytorch from it with py-rattler.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A re-run of site.yml skips the stages on a host as its last complete run left it (issue 19, the
+"""A re-run of site.yml skips the stages on a host as its last complete run left it (the
 10-second no-op): the controller's digest of a run's inputs (plugins/filter/gpuenv_digest.py), the
 role and its plays in site.yml, and the rollout, which runs every stage whatever the stamp says.
 The module's fingerprints and stamp are tested in gpuenv/tests/test_converged_module.py, a

@@ -1,6 +1,6 @@
 """The gpuenv_converged module (plugins/modules): its fingerprints of the places the stages write,
 and the stamp a complete run leaves, which a re-run of site.yml compares with to skip the stages
-(issue 19, the 10-second no-op). The role, its digest and site.yml's plays are tested in
+(the 10-second no-op). The role, its digest and site.yml's plays are tested in
 gpuenv/tests/test_converged.py."""
 
 from __future__ import annotations

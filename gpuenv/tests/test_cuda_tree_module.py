@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -252,3 +253,82 @@ def test_a_tree_the_earlier_role_filled_is_emptied_after_the_switch(
     assert not (base / "lib/libcudnn.so.9.1.0").exists()
     assert not (base / ".gpuenv-cudnn.json").exists()
     assert (base / "lib/libcudart.so.11.8.89").exists()
+
+
+# --- a tree damaged since it was placed -----------------------------------------------------------
+def _placed(
+    host: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[dict[str, Any], Path]:
+    args = cudnn_args(host, "8.6.0.163", legacy=False)
+    call(monkeypatch, capsys, **args)
+    return {k: v for k, v in args.items() if k != "cudnn_archive"}, Path(os.readlink(host["link"]))
+
+
+def test_the_recipes_chmod_a_r_undone_is_seen_and_put_back_without_the_tarball(
+    host: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args, tree = _placed(host, monkeypatch, capsys)
+    lib = tree / "lib64/libcudnn_cnn_infer.so.8.6.0"
+    lib.chmod(0o600)
+    plan, _ = call(monkeypatch, capsys, check=True, **args)
+    assert plan["needed"] is True
+    assert plan["damage"] == [
+        "lib64/libcudnn_cnn_infer.so.8.6.0: mode 0600, not readable by all or writable by others than root"
+    ]
+    # The unpacked copy shares the file (a hard link): its mode is put back, nothing is fetched.
+    assert plan["unpacked"] is True
+    assert "mode 0600" in plan["diff"]["before"]
+    out, ran = call(monkeypatch, capsys, **args)
+    assert out["changed"] is True, out
+    assert Path(os.readlink(host["link"])) == tree
+    assert (tree / "lib64/libcudnn_cnn_infer.so.8.6.0").stat().st_mode & 0o777 == 0o644
+    assert ran.commands == [["ldconfig"]]
+    again, _ = call(monkeypatch, capsys, **args)
+    assert (again["changed"], again["damage"]) == (False, [])
+
+
+def test_a_deleted_header_and_a_library_put_in_by_hand_are_rebuilt_from_the_unpacked_copy(
+    host: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args, tree = _placed(host, monkeypatch, capsys)
+    (tree / "include/cudnn_version.h").unlink()
+    (tree / "lib64/libcudnn.so.7").write_bytes(b"an old cuDNN copied in by hand")
+    plan, _ = call(monkeypatch, capsys, check=True, **args)
+    assert sorted(plan["damage"]) == [
+        "include/cudnn_version.h: missing",
+        "lib/libcudnn.so.7: a cuDNN file gpuenv did not place",
+    ]
+    assert plan["unpacked"] is True
+    out, _ = call(monkeypatch, capsys, **args)
+    assert out["changed"] is True, out
+    assert hostparse.cudnn_header_version((tree / "include/cudnn_version.h").read_text()) == "8.6.0"
+    assert not (tree / "lib64/libcudnn.so.7").exists()
+    assert not list(tree.parent.glob(".old-*"))
+
+
+def test_a_cudnn_copied_over_the_tree_s_files_needs_the_tarball_again(
+    host: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args, tree = _placed(host, monkeypatch, capsys)
+    # NVIDIA's `cp cuda/include/cudnn*.h /usr/local/cuda/include` writes through the hard link: the
+    # unpacked copy's header is written over too.
+    with (tree / "include/cudnn_version.h").open("wb") as f:
+        f.write(header("8.9.7") + b"/* another release's header, another size */\n")
+    plan, _ = call(monkeypatch, capsys, check=True, **args)
+    assert plan["needed"] is True
+    assert plan["unpacked"] is False
+    assert plan["damage"][0].startswith("include/cudnn_version.h: ")
+    assert "written over" in plan["damage"][0]
+    # The toolkit's carry (cuda_toolkit's switch, before the cudnn role) has no copy to build from:
+    # it leaves the tree as it is rather than switch to the toolkit alone.
+    carry, _ = call(monkeypatch, capsys, link=host["link"], carry_cudnn=True, unpack_dir=args["unpack_dir"])
+    assert (carry["changed"], Path(os.readlink(host["link"]))) == (False, tree)
+    # Without the tarball the module says what it needs; with it, the copy and the tree are whole.
+    failed, _ = call(monkeypatch, capsys, **args)
+    assert failed["failed"] is True
+    assert "no unpacked cuDNN 8.6.0.163" in failed["msg"]
+    again = cudnn_args(host, "8.6.0.163", legacy=False)
+    out, _ = call(monkeypatch, capsys, **again)
+    assert out["changed"] is True, out
+    assert hostparse.cudnn_header_version((tree / "include/cudnn_version.h").read_text()) == "8.6.0"
+    assert call(monkeypatch, capsys, check=True, **args)[0]["needed"] is False

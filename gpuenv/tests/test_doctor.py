@@ -1,4 +1,4 @@
-"""gpuenv doctor on the two hosts of issue 20, built as fake host trees (gpuenv/tests/doctor_hosts.py):
+"""gpuenv doctor on two hosts set up by hand the way people do, built as fake host trees (gpuenv/tests/doctor_hosts.py):
 the Debian 13 set up by hand (each problem named with its path and fix, and gone once fixed), the
 one gpuenv provisioned (a clean bill), that doctor never writes, and the CLI around it."""
 

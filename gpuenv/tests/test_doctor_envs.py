@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv import hostparse
 from gpuenv.doctor import cuda, envs
 from gpuenv.doctor.host import DoctorError, Host, root_runner
 from gpuenv.tests.doctor_hosts import FakeHost, data, venv
@@ -103,7 +104,7 @@ def test_system_python_with_torch_from_pip_as_root(tmp_path: Path) -> None:
     ],
 )
 def test_ld_library_path_of_a_script(script: str, dirs: list[str]) -> None:
-    assert envs.ld_library_path(script, "/home/alice") == dirs
+    assert hostparse.ld_library_path(script, "/home/alice") == dirs
 
 
 def test_links_stay_inside_the_host_tree(tmp_path: Path) -> None:

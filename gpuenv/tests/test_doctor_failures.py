@@ -1,4 +1,4 @@
-"""The classic failures of issue 20 that the two hosts do not have, each made on the clean gpuenv host by
+"""The classic failures that the two hosts do not have, each made on the clean gpuenv host by
 the one change that causes it: a driver upgraded without a reboot, nouveau loaded, Secure Boot refusing
 an unsigned module, a GPU newer than torch's kernels, torch that no longer imports."""
 

@@ -221,3 +221,18 @@ def test_the_rollout_summary_says_what_an_upgrade_changed(rollout: Any) -> None:
     hosts = {"sb1": {"state": "upgraded", "batch": 1, "now": stack, "verify": "pass", "changed": changed}}
     row = "| sb1 | 1 | upgraded | driver 550, CUDA 12.4.1, cuDNN 9.1.0.70, torch 2.5.1+cu124 |"
     assert f"{row} verify pass; changed: the nvidia_driver record |" in rollout.render(hosts, None)
+
+
+def test_what_only_the_stamp_sees_is_named_by_its_places() -> None:
+    """drift.since_last_run reads gpuenv_converged's check (in check mode) of the places site.yml's
+    stages write: a hold, a pin file, a profile script changed since the last complete run."""
+    clean = {"converged": False, "differs": ["inputs"], "why": "the declared settings or gpuenv's code changed"}
+    assert _compare(converged=clean)["drift.since_last_run"]["status"] == "pass"
+    touched = {"converged": False, "differs": ["inputs", "watch:/etc/profile.d", "watch:/var/lib/dpkg/status"]}
+    check = _compare(converged={**touched, "why": "changed on the host since"})["drift.since_last_run"]
+    assert check["status"] == "fail"
+    assert check["summary"] == "changed since the last complete run of site.yml: /etc/profile.d, /var/lib/dpkg/status"
+    assert "run playbooks/site.yml" in check["hint"]
+    none = {"converged": False, "differs": [], "why": "no stamp of a complete run (the first run): every stage runs"}
+    assert _compare(converged=none)["drift.since_last_run"]["status"] == "skip"
+    assert "drift.since_last_run" not in _compare()  # a caller that reads no stamp gets no such check

@@ -141,6 +141,7 @@ def test_a_rollout_runs_site_yml_s_steps_in_its_order() -> None:
         ("pytorch_env", "main"),
         ("cudnn", "join"),
         ("cuda_toolkit", "environment"),
+        ("cudnn", "finish"),
         ("nvidia_driver", "join"),
         ("gpu_services", "main"),
         ("gpu_verify", "main"),
@@ -151,7 +152,8 @@ def test_a_rollout_runs_site_yml_s_steps_in_its_order() -> None:
     assert steps[3]["file"] == steps[4]["file"] == "playbooks/cuda_build.yml"
     assert steps[4]["vars"] == {"cudnn_background": True}
     assert steps[6]["file"] == "playbooks/cuda_finish.yml"
-    assert steps[8]["file"] == "playbooks/driver_finish.yml"
+    assert steps[8]["file"] == "playbooks/cuda_finish.yml"
+    assert steps[9]["file"] == "playbooks/driver_finish.yml"
 
 
 def _stage_vars() -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,28 @@ def test_every_check_verify_declares_has_a_column_and_every_version_column_a_che
     columns = header[1 : -len(fleetreport._VERSIONS)]
     assert columns == [fleetreport._column(g) for g in dict.fromkeys(i.split(".")[0] for i in declared)]
     assert {check_id for _label, check_id, _key in fleetreport._VERSIONS} <= set(declared)
+
+
+def test_a_later_report_by_hand_counts_the_last_run_s_hosts_only(tmp_path: Path) -> None:
+    """What scripts/demo and a user run after site.yml: `gpuenv report DIR` with no --run. A report
+    another run left in DIR (a benchmark's fan-out, a host since taken out of the inventory) is stale."""
+    ok = [model.Check("torch.build", "pass", "ok", {"torch": "2.5.1"}, {"torch": "2.5.1"})]
+    (tmp_path / "sb1.json").write_text(json.dumps(model.to_report(ok, "sb1", run="20261206T070000Z-1")))
+    (tmp_path / "sb8.json").write_text(json.dumps(model.to_report(ok, "sb8", run="20261206T064500Z-7")))
+    assert fleetreport.last_run(tmp_path) is None
+    (tmp_path / fleetreport.LAST_RUN).write_text('{"run": "20261206T070000Z-1"}\n')
+    assert fleetreport.last_run(tmp_path) == "20261206T070000Z-1"
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuenv", "report", str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "| sb8 **STALE" in out
+    assert "1 of 2 hosts passed every check" in out
+    every = subprocess.run(
+        [sys.executable, "-m", "gpuenv", "report", str(tmp_path), "--all-runs"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "2 of 2 hosts passed every check" in every
+    (tmp_path / fleetreport.LAST_RUN).write_text("not json")
+    assert fleetreport.last_run(tmp_path) is None

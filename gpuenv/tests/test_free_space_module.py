@@ -1,5 +1,5 @@
 """The gpuenv_free_space module (plugins/modules): a build that will not fit is refused before it
-starts, naming both figures (issue 17, item 8)."""
+starts, naming both figures."""
 
 from __future__ import annotations
 

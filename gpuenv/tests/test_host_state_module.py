@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
+import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
@@ -306,3 +308,39 @@ def test_paths_resolve_through_links_and_the_loader_lists_real_paths_in_its_orde
         "libcudnn.so.9": [str(real), "/usr/lib/x86_64-linux-gnu/libcudnn.so.9"],
         "libcudnn.so.7": [],
     }
+
+
+def _gpuenv_profile_scripts() -> dict[str, str]:
+    """The profile scripts gpuenv writes, as the roles render them: pytorch_env's template (rendered
+    here) and cuda_toolkit's content, read from its task file."""
+    repo = Path(__file__).resolve().parents[2]
+    template = (repo / "roles/pytorch_env/templates/profile.sh.j2").read_text()
+    shell = jinja2.Environment(autoescape=False)  # noqa: S701 - a shell script, not HTML
+    env_script = shell.from_string(template).render(
+        pytorch_env_name="default", pytorch_env_link="/opt/gpuenv/envs/default", pytorch_env_group="gpuenv"
+    )
+    tasks = yaml.safe_load((repo / "roles/cuda_toolkit/tasks/environment.yml").read_text())
+    paths = [p for task in tasks for sub in task.get("block", []) for p in sub.get("gpuenv_files", {}).get("paths", [])]
+    [cuda_script] = [p["content"] for p in paths if p["path"].startswith("/etc/profile.d/")]
+    return {
+        "gpuenv-env-default.sh": env_script,
+        "gpuenv-cuda.sh": cuda_script.replace("{{ cuda_toolkit_default_xy }}", "12.4"),
+    }
+
+
+def test_ld_library_path_names_the_files_that_set_it_and_never_gpuenv_s_own_scripts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    profile = tmp_path / "profile.d"
+    profile.mkdir()
+    own = _gpuenv_profile_scripts()
+    # What the cudnn role's warning was tripped by: gpuenv's script names the variable in a comment.
+    assert "LD_LIBRARY_PATH" in own["gpuenv-env-default.sh"]
+    for name, text in own.items():
+        (profile / name).write_text(text)
+    nvidia_step = "export LD_LIBRARY_PATH=/usr/local/cuda-11.8/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}\n"
+    (profile / "cuda-by-hand.sh").write_text("# NVIDIA's post-installation step\n" + nvidia_step)
+    environment = tmp_path / "environment"
+    environment.write_text('PATH="/usr/local/bin:/usr/bin"\n#LD_LIBRARY_PATH=/old\n')
+    result, _ = call(monkeypatch, capsys, ld_library_path=[str(environment), f"{profile}/*.sh"])
+    assert result["ld_library_path"] == {str(profile / "cuda-by-hand.sh"): ["/usr/local/cuda-11.8/lib64"]}

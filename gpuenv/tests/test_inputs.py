@@ -1,4 +1,4 @@
-"""Inventory values written into files a shell sources or a parser reads (issue 17, item 5): each
+"""Inventory values written into files a shell sources or a parser reads: each
 role refuses a value that would add a directive, a command or a key, before it changes anything."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The OS vars chain (gpuenv.osvars): each role's vars file for a host, and the preflight's refusal
-of an OS a role of the run cannot serve (rule os-role), issue 18 item 6."""
+of an OS a role of the run cannot serve (rule os-role)."""
 
 from __future__ import annotations
 

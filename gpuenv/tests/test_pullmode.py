@@ -1,4 +1,4 @@
-"""Pull mode's inputs (issue 17, security item 2): what may reach the root systemd unit, and how it
+"""Pull mode's inputs: what may reach the root systemd unit, and how it
 is quoted. The role runs in check mode on the controller, so the unit it would write is read from
 its diff and split the way systemd splits an ExecStart line."""
 

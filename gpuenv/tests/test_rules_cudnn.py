@@ -12,7 +12,7 @@ from gpuenv.checkspec import check_file, check_mapping, cudnn_fetch_mode
 from gpuenv.tests.rule_cases import stack
 
 
-# --- cuDNN written as people write it (issue 15): the release, three parts, means its build ---
+# --- cuDNN written as people write it: the release, three parts, means its build ---
 @pytest.mark.parametrize(
     ("declared", "cuda", "build"),
     [

@@ -32,7 +32,7 @@ def test_unknown_host_os_warns() -> None:
     assert {w["rule"] for w in result["warnings"]} == {"os-unknown"}
 
 
-# --- a Python the OS does not ship, with the venv backend (issue 15; docs/research/python-per-os.md) ---
+# --- a Python the OS does not ship, with the venv backend (docs/research/python-per-os.md) ---
 def test_python_39_on_debian_12_is_refused_naming_the_backends_and_oses_that_serve_it() -> None:
     result = check_mapping(
         stack(

@@ -2,7 +2,7 @@
 
 debootstrap fetches the index of `main` alone; the root's sources also name contrib, non-free and
 non-free-firmware. Before the fix, a host booted from a new root offered no nvidia-cuda-toolkit for
-the hour its index looked fresh to the roles' cache_valid_time (issue 14). This builds a root of
+the hour its index looked fresh to the roles' cache_valid_time. This builds a root of
 its own (about two minutes), leaving the cached ones alone.
 """
 

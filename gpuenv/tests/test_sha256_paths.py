@@ -54,6 +54,8 @@ def test_a_planted_record_in_a_directory_another_account_owns_is_refused(tmp_pat
         pytest.skip("chowns a directory to another account: needs root")
     unpack_dir = tmp_path / "cudnn"
     _record(unpack_dir / GOOD, {"sha256": GOOD, "version": "9.1.0.70", "files": ["lib/libcudnn.so.9"]})
+    (unpack_dir / GOOD / "lib").mkdir()
+    (unpack_dir / GOOD / "lib/libcudnn.so.9").write_bytes(b"\x7fELF")  # the record's file: a complete copy
     assert files.unpacked_info(str(unpack_dir), GOOD) is not None
     os.chown(unpack_dir / GOOD, 4242, 4242)
     with pytest.raises(files.TreeError, match="owned by uid 4242"):

@@ -159,7 +159,7 @@ def test_packages_are_carried_into_the_resolved_stack(tmp_path: Path) -> None:
     assert result["stack"]["packages"] == ["numpy==2.3.4", "einops==0.8.1"]
 
 
-# --- hostile stack files (issue 17, item 12): never a traceback, a hang or a flood ---
+# --- hostile stack files: never a traceback, a hang or a flood ---
 BASE = 'cuda: "12.4.1", cudnn: none, python: "3.11", torch: "2.5.1"'
 
 

@@ -58,7 +58,7 @@ def test_the_timing_record_gives_each_task_the_controller_s_cpu_across_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # What ansible-playbook and its reaped workers used between a task's start and the next's: where
-    # the controller's seconds per host go (issue 19's target).
+    # the controller's seconds per host go (the no-op target).
     pytest.importorskip("ansible")
     plugin = load_plugin("plugins/callback/gpuenv_timing.py")
     ticks = iter([1.0, 1.25, 1.25, 3.0])

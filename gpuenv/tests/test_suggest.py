@@ -384,10 +384,10 @@ def test_cuda_pin_keeps_the_toolkit_and_picks_a_build_of_its_major(
     every_alternative_accepted(result)
 
 
-def test_the_readme_example_is_what_suggest_prints(capsys: pytest.CaptureFixture[str], repo: Path) -> None:
-    """The README's example is a real run; it must not drift from what the command prints (the time
-    on the last line aside)."""
-    readme = (repo / "README.md").read_text()
+def test_the_documented_example_is_what_suggest_prints(capsys: pytest.CaptureFixture[str], repo: Path) -> None:
+    """docs/commands.md's example is a real run; it must not drift from what the command prints (the
+    time on the last line aside)."""
+    readme = (repo / "docs/commands.md").read_text()
     command = '$ gpuenv suggest --gpu "RTX 3060" --gpu V100 --max-driver-branch 535 --os debian12\n'
     assert command in readme
     shown = readme.split(command, 1)[1].split("\n```", 1)[0].splitlines()

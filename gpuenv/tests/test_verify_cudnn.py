@@ -93,7 +93,7 @@ def test_the_resolved_stack_names_the_libraries_of_each_cudnn_major() -> None:
 
 def test_the_grad_scaler_of_older_torch_releases_is_used_where_torch_amp_has_none() -> None:
     """torch.amp.GradScaler("cuda") only exists from torch 2.3: on a 1.12-2.2 stack the autocast
-    check must take torch.cuda.amp.GradScaler, or it fails on the first real GPU (issue 15)."""
+    check must take torch.cuda.amp.GradScaler, or it fails on the first real GPU."""
     from types import SimpleNamespace  # noqa: PLC0415
 
     made: list[tuple[str, object]] = []
@@ -115,3 +115,16 @@ def test_a_tree_without_cudnn_libraries_fails_the_loader_check(tmp_path: Path) -
     )
     assert check.status == "fail"
     assert check.summary == f"no cuDNN 9 libraries in {tmp_path / 'cuda/lib64'}"
+
+
+def test_a_cudnn_library_only_root_can_read_fails_for_the_members_who_load_it(tmp_path: Path) -> None:
+    tree = _cudnn_tree(tmp_path, CUDNN8)
+    ctx = base.Context(expect={"cudnn": "8.9.7.29"}, cuda_home=tree)
+    assert cuda_tree.cudnn_readable(ctx).status == "pass"
+    closed = tree / "lib64/libcudnn_cnn_infer.so.8.9.7"
+    closed.chmod(0o600)
+    check = cuda_tree.cudnn_readable(ctx)
+    assert check.status == "fail", check
+    assert check.observed == [f"{closed} (mode 0600)"]
+    assert "run playbooks/site.yml again" in (check.hint or "")
+    assert cuda_tree.cudnn_readable(base.Context(expect={"cudnn": "none"})).status == "skip"

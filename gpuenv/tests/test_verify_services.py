@@ -1,4 +1,4 @@
-"""gpuenv verify's services.* checks (issue 21): persistence mode, the NVSwitch fabric and a CUDA
+"""gpuenv verify's services.* checks: persistence mode, the NVSwitch fabric and a CUDA
 container, each against what gpu_services recorded, with stand-in nvidia-smi, docker and podman
 commands on PATH (no GPU here: what a GPU host prints is played by them, in nvidia-smi's CSV form)."""
 

@@ -111,3 +111,29 @@ def cudnn_loader(ctx: Context, me: Spec) -> Check:
             hint=_LOADER_HINT.format(lib=lib),
         )
     return me.passed(f"the loader finds all {len(names)} cuDNN libraries in {lib}", names)
+
+
+@CHECKS.add("cuda_tree.cudnn_readable", "cuDNN readable by every user")
+def cudnn_readable(ctx: Context, me: Spec) -> Check:
+    """NVIDIA's `chmod a+r` after copying cuDNN in: a library or header only root can read loads in
+    root's session (where verify runs) and fails in every member's, "Permission denied". The tree is
+    root's, so the members read it by its bits for others."""
+    want = ctx.expect.get("cudnn")
+    if want in (None, "none"):
+        return me.skipped("the stack declares no system cuDNN")
+    lib, include = ctx.cuda_home / "lib64", ctx.cuda_home / "include"
+    files = sorted({os.path.realpath(p) for p in [*lib.glob("libcudnn*.so*"), *include.glob("cudnn*.h")] if p.exists()})
+    if not files:
+        return me.skipped(f"no cuDNN files in {ctx.cuda_home} (the system cuDNN check says why)")
+    closed = [f"{f} (mode {os.stat(f).st_mode & 0o7777:04o})" for f in files if not os.stat(f).st_mode & 0o004]
+    if closed:
+        return me.failed(
+            f"{len(closed)} of {len(files)} cuDNN files in {ctx.cuda_home} are not readable by other users",
+            observed=closed,
+            expected="every cuDNN header and library readable by all (a+r)",
+            hint=(
+                "run playbooks/site.yml again (the cudnn role puts the modes back), or chmod a+r the files "
+                "named: members of the environment's group load them as themselves"
+            ),
+        )
+    return me.passed(f"all {len(files)} cuDNN files in {ctx.cuda_home} are readable by every user", len(files))

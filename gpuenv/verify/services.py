@@ -1,4 +1,4 @@
-"""The services beside the stack (roles/gpu_services, issue 21): persistence mode and the NVSwitch
+"""The services beside the stack (roles/gpu_services): persistence mode and the NVSwitch
 fabric on every GPU where the role set them up, and an optional CUDA container. Each reads the
 role's record; where the stack did not ask for a service, its check is skipped with that reason."""
 

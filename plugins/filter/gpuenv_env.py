@@ -1,4 +1,4 @@
-"""Filters for the pytorch_env role, calling gpuenv.envplan (tested there)."""
+"""Filters for the pytorch_env role, calling gpuenv.envplan and gpuenv.drift (tested there)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from gpuenv import envplan
+    from gpuenv import drift, envplan
 except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import envplan
+    from gpuenv import drift, envplan
 
 
 def gpuenv_env_plan(settings: dict[str, Any]) -> dict[str, Any]:
@@ -25,6 +25,15 @@ def gpuenv_lock_from_report(report: Any) -> str:
     return envplan.lock_from_report(report)
 
 
+def gpuenv_lock_differences(freeze: str, lock: str) -> dict[str, list[str]]:
+    """What the environment (`pip freeze --all`) holds beyond, short of or other than its lock."""
+    return drift.lock_differences(lock, freeze)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"gpuenv_env_plan": gpuenv_env_plan, "gpuenv_lock_from_report": gpuenv_lock_from_report}
+        return {
+            "gpuenv_env_plan": gpuenv_env_plan,
+            "gpuenv_lock_from_report": gpuenv_lock_from_report,
+            "gpuenv_lock_differences": gpuenv_lock_differences,
+        }

@@ -27,9 +27,10 @@ def gpuenv_drift(
     lock: str | None = None,
     freeze: str | None = None,
     services: dict[str, Any] | None = None,
+    converged: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The drift.* checks of one host, in gpuenv verify's check format (services: service_facts'
-    ansible_facts.services)."""
+    ansible_facts.services; converged: the gpuenv_converged module's check of the host's stamp)."""
     return drift.compare(
         dict(resolved or {}),
         dict(facts or {}),
@@ -38,6 +39,7 @@ def gpuenv_drift(
         lock=lock,
         freeze=freeze,
         services=dict(services or {}),
+        converged=converged,
     )
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tarfile
 from collections.abc import Iterator
 from typing import Any
@@ -104,9 +105,88 @@ def host_lock(unpack_dir: str) -> Iterator[None]:
 
 
 def unpacked_info(unpack_dir: str, sha256: str) -> dict[str, Any] | None:
-    """The record of a complete unpack of that tarball, or None."""
-    info = read_json(os.path.join(unpack_dir, checked_sha256(sha256, "the tarball's sha256"), UNPACKED))
-    return info if info and info.get("sha256") == sha256 else None
+    """The record of a complete unpack of that tarball, or None: none, or one whose files are no
+    longer as unpacked (one deleted, or written over in place by a copy of another cuDNN, which
+    writes through every hard link of the file). A mode changed since is no reason to unpack
+    again: restore_modes() puts it back."""
+    where = os.path.join(unpack_dir, checked_sha256(sha256, "the tarball's sha256"))
+    info = read_json(os.path.join(where, UNPACKED))
+    if not info or info.get("sha256") != sha256:
+        return None
+    entries = _entries(info)
+    for rel in info.get("files", []):
+        if entry_problem(os.path.join(where, rel), entries.get(rel), modes=False):
+            return None
+    return info
+
+
+# --- what a record says each file is ---------------------------------------------------------
+def entry_of(path: str) -> str | int:
+    """A file as a record keeps it: a link's target ("-> target") or a regular file's size."""
+    return "-> " + os.readlink(path) if os.path.islink(path) else os.lstat(path).st_size
+
+
+def _entries(record: dict[str, Any]) -> dict[str, Any]:
+    entries = record.get("entries")
+    return entries if isinstance(entries, dict) else {}
+
+
+def entry_problem(path: str, entry: object, *, modes: bool = True) -> str | None:  # noqa: PLR0911 - one answer per way a file can differ
+    """What is wrong with one of a record's files, or None. ENTRY is what the record says it is
+    (entry_of), None for a record written before records kept it (then the kind is not judged).
+    With modes, a regular file must be root's, a+r and go-w: NVIDIA's `chmod a+r`, which members of
+    the environment's group need to load it, and nobody but root changes what the loader loads."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "missing"
+    if isinstance(entry, str):
+        if not stat.S_ISLNK(st.st_mode):
+            return "not a link"
+        return None if "-> " + os.readlink(path) == entry else f"a link to {os.readlink(path)}, not {entry[3:]}"
+    if stat.S_ISLNK(st.st_mode):
+        return None if entry is None else "a link, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if isinstance(entry, int) and st.st_size != entry:
+        return f"{st.st_size} bytes, not {entry} (written over)"
+    if modes and st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}"
+    if modes and (st.st_mode & 0o444 != 0o444 or st.st_mode & 0o022):
+        return f"mode {oct(st.st_mode & 0o7777)[2:].zfill(4)}, not readable by all or writable by others than root"
+    return None
+
+
+def restore_modes(unpacked: str, info: dict[str, Any]) -> None:
+    """The unpacked copy's regular files a+r, go-w again (and so every tree's hard link of them)."""
+    for rel in info.get("files", []):
+        path = os.path.join(unpacked, rel)
+        st = os.lstat(path)
+        want = (st.st_mode | 0o444) & 0o755
+        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != want:
+            os.chmod(path, want)
+
+
+def tree_damage(tree: str) -> list[str]:
+    """What differs in a tree with a cuDNN from what its record says was placed: each file of the
+    record that is missing, another kind, written over or set to another mode, and each cuDNN file
+    (cudnn*.h, libcudnn*) that is not the record's, such as a copy put in by hand as NVIDIA's
+    install notes do."""
+    marker = read_json(os.path.join(tree, MARKER)) or {}
+    entries = _entries(marker)
+    files = [str(rel) for rel in marker.get("files", [])]
+    damage = [f"{rel}: {why}" for rel in files if (why := entry_problem(os.path.join(tree, rel), entries.get(rel)))]
+    known = set(files)
+    for folder in ("include", "lib64", "lib"):
+        path = os.path.join(tree, folder)
+        if os.path.islink(path) or not os.path.isdir(path):
+            continue  # lib64 -> lib: listed once, under its real name
+        for name in sorted(os.listdir(path)):
+            rel = f"{folder}/{name}"
+            ours = rel in known or f"{'lib' if folder == 'lib64' else 'lib64'}/{name}" in known
+            if not ours and (name.startswith("libcudnn") or (folder == "include" and name.startswith("cudnn"))):
+                damage.append(f"{rel}: a cuDNN file gpuenv did not place")
+    return damage
 
 
 def unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[str, Any]:
@@ -185,12 +265,13 @@ def _unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[st
             f"{os.path.basename(archive)} holds cuDNN {found or 'of no readable version (no cudnn_version.h)'}, "
             f"not {version}: check the tarball's URL or path and the declared cuDNN"
         )
-    info = {
+    info: dict[str, Any] = {
         "sha256": sha256,
         "version": version,
         "layout": layout["layout"],
         "archive": os.path.basename(archive),
         "files": sorted(files),
+        "entries": {rel: entry_of(os.path.join(partial, rel)) for rel in files},
     }
     write_json(os.path.join(partial, UNPACKED), info)
     shutil.rmtree(dest, ignore_errors=True)
@@ -383,8 +464,14 @@ def build_composed(base: str, unpacked: str, info: dict[str, Any]) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    shutil.rmtree(name, ignore_errors=True)  # an unfinished tree of that name: its record was not written
+    # A tree of that name: unfinished (its record was not written), or damaged since and rebuilt now.
+    # It is moved aside first and removed after, so that the name is missing only between two renames.
+    old = os.path.join(os.path.dirname(base), ".old-" + os.path.basename(name))
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.lexists(name):
+        os.rename(name, old)
     os.rename(staging, name)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _fill_staging(base: str, staging: str, unpacked: str, info: dict[str, Any]) -> None:
@@ -392,6 +479,7 @@ def _fill_staging(base: str, staging: str, unpacked: str, info: dict[str, Any]) 
     files = place_files(unpacked, info, staging)
     record = {k: info[k] for k in ("version", "sha256", "layout", "archive")}
     record.update(base=base, source=unpacked, files=sorted(files))
+    record["entries"] = {rel: entry_of(os.path.join(staging, rel)) for rel in files}
     write_json(os.path.join(staging, MARKER), record)
 
 
@@ -404,10 +492,13 @@ def switch(link: str, target: str) -> None:
 
 
 def complete(tree: str, base: str, info: dict[str, Any] | None) -> bool:
+    """Whether the tree is the one wanted, every file of its cuDNN as placed (tree_damage)."""
     if info is None:
         return os.path.isdir(tree) and not legacy_files(tree)
     marker = read_json(os.path.join(tree, MARKER))
-    return bool(marker and marker.get("sha256") == info["sha256"] and marker.get("base") == base)
+    return bool(marker and marker.get("sha256") == info["sha256"] and marker.get("base") == base) and not tree_damage(
+        tree
+    )
 
 
 _TOOLKIT_TREE = re.compile(r"^([0-9]+\.[0-9]+\.[0-9]+)-[0-9a-f]+$")
@@ -417,7 +508,7 @@ def prune(base: str, keep: set[str], versions: bool) -> list[str]:
     """Remove base's other cuDNN trees (and with versions, when base is a toolkit tree of the
     cuda_toolkit role, <X.Y.Z>-<id>, that version's other trees), all but keep."""
     parent, name = os.path.split(base)
-    prefixes = [name + "+cudnn-", ".staging-" + name + "+cudnn-"]
+    prefixes = [name + "+cudnn-", ".staging-" + name + "+cudnn-", ".old-" + name + "+cudnn-"]
     toolkit = _TOOLKIT_TREE.match(name)
     if versions and toolkit:
         prefixes.append(toolkit.group(1) + "-")

@@ -25,7 +25,9 @@ from ansible.module_utils.gpuenv_cudnn_files import (
     link_target,
     prune,
     read_json,
+    restore_modes,
     switch,
+    tree_damage,
     unpack,
     unpacked_info,
 )
@@ -48,7 +50,11 @@ description:
     directory are refused.
   - Every file placed is readable by all and writable by root only (NVIDIA's C(chmod a+r)),
     each library's links are kept, C(ldconfig) runs after a switch, and the tree records its
-    cuDNN in C(.gpuenv-cudnn.json).
+    cuDNN in C(.gpuenv-cudnn.json), each file with its size or link target.
+  - A tree whose cuDNN is no longer as placed is built again from the unpacked copy and switched
+    to, its I(damage) returned - a file deleted, written over or set to another mode (the recipe's
+    C(chmod a+r) undone), or a cuDNN file put in by hand. An unpacked copy whose files are no
+    longer as unpacked is not used (I(unpacked) is false, and the tarball is needed again).
   - When I(link) is a real directory (NVIDIA's packages make C(/usr/local/cuda-X.Y) one), there is
     nothing to switch; the files go into it in place, each by rename, with the record written
     last and an interrupted change redone by the next run.
@@ -135,6 +141,12 @@ removed:
 needed:
   description: Whether the tree behind the link has to change (also in check mode).
   type: bool
+damage:
+  description: What differed in the tree from its record, each as its file, a colon and why; empty when nothing did.
+  type: list
+unpacked:
+  description: Whether a complete unpacked copy of the wanted cuDNN is there (null when none is wanted).
+  type: bool
 """
 
 
@@ -180,6 +192,11 @@ def plan(params: dict[str, Any]) -> dict[str, Any]:
             return {"mode": "link", "base": base, "current": current, "tree": current, "info": None, "keep": True}
         if unpacked_info(os.path.dirname(str(marker.get("source", ""))), str(marker["sha256"])):
             info = {"sha256": marker["sha256"], "version": marker.get("version")}
+        elif marker.get("base") == base:
+            # No usable unpacked copy to build from (cleaned away, or written over through the hard
+            # links): the tree stays as it is, rather than lose its cuDNN, until the cudnn role,
+            # which fetches the tarball again, gives it a whole one.
+            return {"mode": "link", "base": base, "current": current, "tree": current, "info": None, "keep": True}
     tree = composed_name(base, info) if info else base
     return {"mode": "link", "base": base, "current": current, "tree": tree, "info": info}
 
@@ -207,6 +224,9 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
         changed = marker_now.get("sha256") != (info or {}).get("sha256") or pending
     else:
         changed = want["current"] != want["tree"] or not complete(want["tree"], want["base"], info)
+    damage = (
+        tree_damage(want["tree"]) if info is not None and os.path.isfile(os.path.join(want["tree"], MARKER)) else []
+    )
     result: dict[str, Any] = {
         "changed": changed,
         "link": link,
@@ -215,10 +235,13 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
         "base": want["base"],
         "mode": mode,
         "removed": [],
+        "damage": damage,
+        "unpacked": None if info is None else unpacked_info(p["unpack_dir"], info["sha256"]) is not None,
         "diff": {
             "before_header": link,
             "after_header": link,
-            "before": f"{want['current']} (cuDNN {marker_now.get('version', 'none')})\n",
+            "before": f"{want['current']} (cuDNN {marker_now.get('version', 'none')})\n"
+            + "".join(f"  {line}\n" for line in damage),
             "after": f"{want['tree']} (cuDNN {info['version'] if info else 'none'})\n",
         },
     }
@@ -234,6 +257,7 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
             if not p.get("cudnn_archive"):
                 raise TreeError(f"no unpacked cuDNN {info['version']} in {unpacked} and no cudnn_archive to unpack")
             full = unpack(p["cudnn_archive"], info["sha256"], str(info["version"]), p["unpack_dir"])
+        restore_modes(unpacked, full)
         if p["remove_archive"] and p.get("cudnn_archive") and os.path.isfile(p["cudnn_archive"]):
             os.unlink(p["cudnn_archive"])
     if mode == "in_place":

@@ -12,7 +12,13 @@ import shutil
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpuenv_hostparse import DPKG_QUERY_FORMAT, parse_dpkg_query, parse_ldconfig, secure_boot_on
+from ansible.module_utils.gpuenv_hostparse import (
+    DPKG_QUERY_FORMAT,
+    ld_library_path,
+    parse_dpkg_query,
+    parse_ldconfig,
+    secure_boot_on,
+)
 
 DOCUMENTATION = r"""
 module: gpuenv_host_state
@@ -48,6 +54,13 @@ options:
         each as the paths it lists in the loader's order, resolved to their real paths.
     type: list
     elements: str
+    default: []
+  ld_library_path:
+    description:
+      - Shell scripts or C(/etc/environment) files (globs allowed) to read for what they put on
+        C(LD_LIBRARY_PATH), as gpuenv doctor reads them - the lines that set it, not comments that name it.
+    type: list
+    elements: path
     default: []
   commands:
     description: Command names to look for on the PATH (C(/usr/sbin) and C(/sbin) included).
@@ -124,6 +137,9 @@ resolved:
   type: dict
 loader:
   description: For each of I(loader), the real paths of the libraries C(ldconfig -p) lists, in its order.
+  type: dict
+ld_library_path:
+  description: For each file of I(ld_library_path) that sets C(LD_LIBRARY_PATH) to directories, those directories.
   type: dict
 commands:
   description: For each of I(commands), its path, or null where it is not on the PATH.
@@ -276,6 +292,7 @@ def main() -> None:
             "commands": {"type": "list", "elements": "str", "default": []},
             "resolve": {"type": "list", "elements": "path", "default": []},
             "loader": {"type": "list", "elements": "str", "default": []},
+            "ld_library_path": {"type": "list", "elements": "path", "default": []},
             "local_facts": {"type": "bool", "default": False},
             "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
             "secure_boot": {"type": "bool", "default": False},
@@ -303,6 +320,10 @@ def main() -> None:
             module.fail_json(msg=f"ldconfig -p failed on this host (exit {rc}): {err.strip()[-600:]}", **result)
         cache = parse_ldconfig(out)
         result["loader"] = {name: [real_path(path) or path for path in cache.get(name, [])] for name in p["loader"]}
+    if p["ld_library_path"]:
+        files = sorted({f for pattern in p["ld_library_path"] for f in glob.glob(pattern) if os.path.isfile(f)})
+        sets = {f: ld_library_path(read_text(f) or "", "$HOME") for f in files}
+        result["ld_library_path"] = {f: dirs for f, dirs in sets.items() if dirs}
     if p["local_facts"]:
         result["local"], result["local_errors"] = local_records(p["facts_dir"])
     if p["secure_boot"]:

@@ -34,6 +34,13 @@ BASE_STACK = {
 STACK_A = {**BASE_STACK, "cuda": "12.1.1"}
 STACK_B = {**BASE_STACK, "cuda": "12.4.1"}
 STACK_C = {**BASE_STACK, "cuda": "12.1.1", "packages": ["einops==0.8.1"]}
+# A stack sb1 has never had: a CUDA 11.8 tree to unpack, cuDNN 8.6 for it (redistrib_8.6.0.json,
+# a 700 MB tarball whose unpack takes seconds), and a new environment (one more package).
+STACK_K = {**BASE_STACK, "cuda": "11.8.0", "cudnn": "8.6.0", "packages": ["einops==0.8.1", "six==1.16.0"]}
+STACK_D = {**BASE_STACK, "cuda": "12.4.1", "packages": ["einops==0.8.1", "six==1.16.0"]}
+# K without cuDNN, for the link faults on sb2: the CUDA 11.8 archives and the environment are the
+# downloads a fault must meet; cuDNN's 700 MB tarball would add a minute and test no other path.
+STACK_N = {**STACK_K, "cudnn": "none"}
 SITE_VARS = {
     "cuda_toolkit_redist_url": f"{MIRROR}/compute/cuda/redist",
     "cudnn_redist_url": f"{MIRROR}/compute/cudnn/redist",

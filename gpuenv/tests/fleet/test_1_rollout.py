@@ -1,5 +1,5 @@
 """Rolling upgrades on the shared fleet: B to every host a batch at a time, C with a host that fails
-and is put back, and a host whose GPUs are busy refused (issue 9)."""
+and is put back, and a host whose GPUs are busy refused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Drift and onboarding on the shared fleet (issue 9; security item 1 of issue 17)."""
+"""Drift and onboarding on the shared fleet."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_a_member_s_own_start_up_files_cannot_write_the_onboarding_report(site: 
 
 def test_onboarding_writes_nothing_through_links_a_member_planted(site: Site) -> None:
     """An existing account's home is the member's: links they plant there to system files must not
-    make root write, or chown, what they point at (issue 17, security item 1)."""
+    make root write, or chown, what they point at."""
     _, signer = make_signer(site, "member")
     key_line = signer.split(" ", 1)[1] + " member@example"
     targets = ["/etc/profile.d", "/etc/bash.bashrc", "/etc/motd", "/root/.ssh/authorized_keys"]
@@ -113,7 +113,7 @@ def test_onboarding_writes_nothing_through_links_a_member_planted(site: Site) ->
 
 
 def test_a_rerun_skips_the_stages_of_a_host_nothing_changed_and_runs_them_after_a_change(site: Site) -> None:
-    """site.yml's stamp (roles/converged, issue 19): the run after a complete one verifies and skips
+    """site.yml's stamp (roles/converged): the run after a complete one verifies and skips
     every stage but the driver's read of its branch; a file a stage placed, removed by hand, makes
     the next run run the stages and put it back."""
     site.declare(STACK_C)

@@ -1,4 +1,4 @@
-"""Pull mode on the shared fleet: signed commits only, and the reboot guard (issue 17, item 2)."""
+"""Pull mode on the shared fleet: signed commits only, and the reboot guard."""
 
 from __future__ import annotations
 

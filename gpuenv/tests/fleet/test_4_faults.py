@@ -1,4 +1,4 @@
-"""Faults injected on the shared fleet (issue 17, items 6 to 10), after the other modules. The four
+"""Faults injected on the shared fleet, after the other modules. The four
 single-host faults run side by side, one host each, each with its own inventory and reports (a
 fault test spends most of its time waiting on its host, and the suite's time is what CI allows):
 
@@ -27,15 +27,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from gpuenv.sandbox import faults, fleet
-from gpuenv.tests.fleet.site import BASE_STACK, MIRROR, Site, link, put, recap, ssh, summary, wait_for
+from gpuenv.tests.fleet.site import MIRROR, STACK_D, STACK_K, STACK_N, Site, link, put, recap, ssh, summary, wait_for
 
-# A stack sb1 has never had: a CUDA 11.8 tree to unpack, cuDNN 8.6 for it (redistrib_8.6.0.json,
-# a 700 MB tarball whose unpack takes seconds), and a new environment (one more package).
-STACK_K = {**BASE_STACK, "cuda": "11.8.0", "cudnn": "8.6.0", "packages": ["einops==0.8.1", "six==1.16.0"]}
-STACK_D = {**BASE_STACK, "cuda": "12.4.1", "packages": ["einops==0.8.1", "six==1.16.0"]}
-# K without cuDNN, for the link faults on sb2: the CUDA 11.8 archives and the environment are the
-# downloads a fault must meet; cuDNN's 700 MB tarball would add a minute and test no other path.
-STACK_N = {**STACK_K, "cudnn": "none"}
 # The installer at work on a new environment: uv (the default) resolving or syncing, or pip's
 # install. The bracket keeps the pattern from matching a shell that carries it.
 INSTALLING = (
