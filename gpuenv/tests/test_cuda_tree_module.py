@@ -332,3 +332,14 @@ def test_a_cudnn_copied_over_the_tree_s_files_needs_the_tarball_again(
     assert out["changed"] is True, out
     assert hostparse.cudnn_header_version((tree / "include/cudnn_version.h").read_text()) == "8.6.0"
     assert call(monkeypatch, capsys, check=True, **args)[0]["needed"] is False
+
+
+def test_check_mode_before_the_toolkit_s_link_exists_says_so_with_every_field_the_role_reads(
+    host: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A whole run in check mode: the cuda_toolkit role has not made the link. need.yml reads each
+    result's `unpacked` and `damage` (a missing one failed the run's plan)."""
+    args = cudnn_args(host, "8.6.0.163", legacy=False)
+    out, _ = call(monkeypatch, capsys, check=True, **{**args, "link": host["tmp"] / "usr/local/cuda-12.9"})
+    assert (out["needed"], out["unpacked"], out["damage"]) == (True, False, [])
+    assert "does not exist yet" in out["msg"]

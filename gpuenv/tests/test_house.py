@@ -1,6 +1,6 @@
 """What the house keeps: the code and the docs speak to the user and the next engineer, so none of
-them names an entry of this project's tracker ("issue 19"), which means nothing outside it; git's
-history keeps that. A citation of another project's issue is its address (github.com/.../issues/19)."""
+them names an entry of this project's tracker by its number, which means nothing outside it; git's
+history keeps that. A citation of another project's issue is its address (github.com/.../issues/N)."""
 
 from __future__ import annotations
 

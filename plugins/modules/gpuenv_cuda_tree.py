@@ -212,6 +212,8 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
             "tree": None,
             "previous": None,
             "removed": [],
+            "damage": [],
+            "unpacked": unpacked_info(p["unpack_dir"], checked_sha256(p["cudnn_sha256"], "cudnn_sha256")) is not None,
             "msg": f"{p['link']} does not exist yet: the cuda_toolkit role makes it before the cuDNN goes in",
         }
     want = plan(p)
