@@ -350,3 +350,22 @@ def ld_library_path(text: str, home: str) -> list[str]:
                 new.append(part.rstrip("/") or "/")
         current = list(dict.fromkeys(new))
     return current
+
+
+# --- deb822: a Packages index, a .deb's control, a Release file ----------------------------------
+def parse_deb822(text: str) -> list[dict[str, str]]:
+    """Stanzas separated by blank lines, as field -> value; a continuation line (one that starts with
+    a space or a tab) is joined to its field's value by a newline."""
+    stanzas: list[dict[str, str]] = []
+    for block in text.strip().split("\n\n"):
+        fields: dict[str, str] = {}
+        key = ""
+        for line in block.splitlines():
+            if line.startswith((" ", "\t")) and key:
+                fields[key] += "\n" + line.strip()
+            elif ":" in line:
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
+        if fields:
+            stanzas.append(fields)
+    return stanzas

@@ -10,7 +10,7 @@ from pathlib import Path
 from gpuenv.sandbox.util import SandboxError
 
 try:
-    from gpuenv.sandbox import cache, channel, faults, fleet, mirror, roots
+    from gpuenv.sandbox import aptrepo, cache, channel, faults, fleet, mirror, roots
 except SandboxError as exc:  # the instance's settings are read on import: a bad one is the user's to fix
     sys.exit(f"sandbox: error: {exc}")
 
@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - each subcomma
         "mirror", help="the local NVIDIA redist mirror: build (or verify and repair), verify, path"
     )
     p_mirror.add_argument("action", choices=["build", "verify", "path"])
+    p_repo = sub.add_parser(
+        "repo",
+        help="the local CUDA apt repository, laid out and signed as NVIDIA's, made from the mirror: build, path",
+    )
+    p_repo.add_argument("action", choices=["build", "path"])
     p_channel = sub.add_parser(
         "channel",
         help="the local conda channel (python, pytorch, cudnn, ...): build (or verify and repair), verify, path",
@@ -141,6 +146,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - each subcomma
                 return 1 if problems else 0
             else:
                 print(site)
+        elif args.command == "repo":
+            site = mirror.default_site()
+            if args.action == "build":
+                mirror.build(site, mirror.default_wheels())
+                for repo in aptrepo.build(site, aptrepo.default_key_home(site)):
+                    print(repo)
+            else:
+                print(site / "compute/cuda/repos")
         elif args.command == "roots":
             packages = (*roots.PACKAGES, *roots.KERNEL_PACKAGES) if args.kernel else roots.PACKAGES
             for os_name in args.os or list(roots.RELEASES):
