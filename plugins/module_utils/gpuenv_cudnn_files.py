@@ -491,14 +491,14 @@ def switch(link: str, target: str) -> None:
     os.replace(tmp, link)
 
 
-def complete(tree: str, base: str, info: dict[str, Any] | None) -> bool:
-    """Whether the tree is the one wanted, every file of its cuDNN as placed (tree_damage)."""
+def complete(tree: str, base: str, info: dict[str, Any] | None, damage: list[str] | None = None) -> bool:
+    """Whether the tree is the one wanted, every file of its cuDNN as placed (tree_damage, or the
+    damage the caller read already)."""
     if info is None:
         return os.path.isdir(tree) and not legacy_files(tree)
     marker = read_json(os.path.join(tree, MARKER))
-    return bool(marker and marker.get("sha256") == info["sha256"] and marker.get("base") == base) and not tree_damage(
-        tree
-    )
+    wanted = bool(marker and marker.get("sha256") == info["sha256"] and marker.get("base") == base)
+    return wanted and not (tree_damage(tree) if damage is None else damage)
 
 
 _TOOLKIT_TREE = re.compile(r"^([0-9]+\.[0-9]+\.[0-9]+)-[0-9a-f]+$")

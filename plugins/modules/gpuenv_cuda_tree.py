@@ -219,16 +219,18 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
     want = plan(p)
     info, mode, link = want["info"], want["mode"], p["link"]
     marker_now = read_json(os.path.join(want["current"], MARKER)) or {} if mode != "absent" and want["current"] else {}
+    # Each read once: the tree's damage (what complete() judges too) and the unpacked copy.
+    damage = (
+        tree_damage(want["tree"]) if info is not None and os.path.isfile(os.path.join(want["tree"], MARKER)) else []
+    )
+    unpacked_now = None if info is None else unpacked_info(p["unpack_dir"], info["sha256"])
     if want.get("keep"):
         changed = False
     elif mode == "in_place":
         pending = os.path.lexists(os.path.join(want["tree"], MARKER + ".partial"))
         changed = marker_now.get("sha256") != (info or {}).get("sha256") or pending
     else:
-        changed = want["current"] != want["tree"] or not complete(want["tree"], want["base"], info)
-    damage = (
-        tree_damage(want["tree"]) if info is not None and os.path.isfile(os.path.join(want["tree"], MARKER)) else []
-    )
+        changed = want["current"] != want["tree"] or not complete(want["tree"], want["base"], info, damage)
     result: dict[str, Any] = {
         "changed": changed,
         "link": link,
@@ -238,7 +240,7 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
         "mode": mode,
         "removed": [],
         "damage": damage,
-        "unpacked": None if info is None else unpacked_info(p["unpack_dir"], info["sha256"]) is not None,
+        "unpacked": None if info is None else unpacked_now is not None,
         "diff": {
             "before_header": link,
             "after_header": link,
@@ -254,7 +256,7 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
     full, unpacked = None, None
     if info is not None:
         unpacked = os.path.join(p["unpack_dir"], info["sha256"])
-        full = unpacked_info(p["unpack_dir"], info["sha256"])
+        full = unpacked_now
         if full is None:
             if not p.get("cudnn_archive"):
                 raise TreeError(f"no unpacked cuDNN {info['version']} in {unpacked} and no cudnn_archive to unpack")
