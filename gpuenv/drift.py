@@ -86,6 +86,45 @@ def service_checks(record: Any, units: Mapping[str, Any] | None) -> list[Check]:
     return checks
 
 
+def package_checks(facts: Mapping[str, Any], dpkg: Mapping[str, Any] | None) -> list[Check]:
+    """drift.packages: the packages the roles installed from NVIDIA's repository and hold (their
+    records name each with its version: cudnn's libcudnn9-cuda-12, cuda_toolkit's cuda-toolkit-12-4)
+    against dpkg's state (gpuenv_host_state's dpkg): still installed, at that version, held. An
+    `apt-mark unhold` and an `apt install libcudnn9-cuda-12=<newer>` by hand are what it sees."""
+    recorded: dict[str, str] = {}
+    for role in ("cudnn", "cuda_toolkit"):
+        record = facts.get(role) or {}
+        packages = record.get("packages") if isinstance(record, Mapping) else None
+        if isinstance(packages, Mapping):
+            recorded.update({str(k): str(v) for k, v in packages.items()})
+    if not recorded:
+        return []
+    state = dpkg or {}
+    problems = []
+    for name, version in sorted(recorded.items()):
+        have = state.get(name) or {}
+        if have.get("state") != "i":
+            problems.append(f"{name} is not installed (gpuenv installed {version})")
+            continue
+        if have.get("version") != version:
+            problems.append(f"{name} is {have.get('version')}, not {version}: changed behind gpuenv's back")
+        if have.get("want") != "h":
+            problems.append(f"{name} is not held any more")
+    return [
+        _check(
+            "drift.packages",
+            not problems,
+            f"NVIDIA's packages as gpuenv installed and held them ({', '.join(sorted(recorded))})"
+            if not problems
+            else "NVIDIA's packages changed since gpuenv installed them: " + "; ".join(problems),
+            problems or sorted(f"{n}={v}" for n, v in recorded.items()),
+            sorted(f"{n}={v} (held)" for n, v in recorded.items()),
+            hint="someone upgraded or unheld a package gpuenv holds; run playbooks/site.yml, which installs "
+            "the declared version again and holds it (apt-mark showhold lists the holds)",
+        )
+    ]
+
+
 def since_last_run(converged: Mapping[str, Any] | None) -> list[Check]:
     """drift.since_last_run: the places gpuenv writes (package database, apt pins, modprobe and
     loader settings, profile scripts, the trees and environments, the records, the daemons' states)
@@ -123,10 +162,12 @@ def compare(
     freeze: str | None,
     services: Mapping[str, Any] | None = None,
     converged: Mapping[str, Any] | None = None,
+    dpkg: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The drift checks of one host (as the report's dicts): its records and what is live, against
     the declared stack. services: the host's systemd units as service_facts reports them, for the
-    daemons gpu_services recorded (service_checks)."""
+    daemons gpu_services recorded (service_checks); dpkg: dpkg's state of the packages the records
+    name (package_checks)."""
     checks: list[Check] = []
     record = facts.get("gpuenv") or {}
     recorded = (record.get("resolved") or {}) if isinstance(record, dict) else {}
@@ -245,6 +286,7 @@ def compare(
             )
         )
     checks.extend(service_checks(facts.get("gpu_services"), services))
+    checks.extend(package_checks(facts, dpkg))
     if converged is not None:
         checks.extend(since_last_run(converged))
     return [c.as_dict() for c in checks]

@@ -245,6 +245,21 @@ def parse_madison(text: str) -> list[str]:
     return sorted(found, key=_package_key, reverse=True)
 
 
+def madison_from(text: str, repository: str) -> str:
+    """The lines of `apt-cache madison` output whose source is the repository (its URL, a flat
+    repository's as apt prints it: "pkg | version | http://host/path  Packages"): what only that
+    repository offers of a name other repositories have too (Debian's nvidia-driver beside NVIDIA's)."""
+    base = repository.rstrip("/")
+    kept = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 3:
+            source = parts[2].split()[0] if parts[2].split() else ""
+            if source.rstrip("/") == base or source.startswith(base + "/"):
+                kept.append(line)
+    return "".join(f"{line}\n" for line in kept)
+
+
 def pick_version(available: list[str], pin: str) -> str | None:
     """The newest version matching a branch pin ("535") or an exact pin ("535.261.03")."""
     if "." in pin:

@@ -5,6 +5,7 @@ tree, and two toolkits that a build would mix. Each environment's are in finding
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 
 from gpuenv.doctor.cuda import Cudnn, Toolkit
 from gpuenv.doctor.driver import PROC_VERSION, Driver, Gpu
@@ -131,6 +132,56 @@ def loader_findings(copies: list[Cudnn]) -> list[Finding]:
             )
         )
     return found
+
+
+def copies_findings(
+    copies: list[Cudnn], cache: dict[str, list[str]], real: Callable[[str], str | None]
+) -> list[Finding]:
+    """Two cuDNN copies of one major that the loader's cache both lists (NVIDIA's packages in the
+    system directory and a tarball's in a CUDA tree, the usual pair): which one a program loads by
+    name, and why that one: ldconfig caches directories in the order /etc/ld.so.conf reads them, its
+    own trusted directories last."""
+    found = []
+    for major in sorted({c.major for c in copies if c.major}):
+        soname = f"libcudnn.so.{major}"
+        listed = [real(posixpath.dirname(p)) for p in cache.get(soname, [])]
+        pair = [c for c in copies if c.kind in ("tree", "system") and c.lib in listed]
+        if len(pair) < 2:
+            continue
+        pair.sort(key=lambda c: listed.index(c.lib))
+        first, *others = pair
+        versions = {c.version for c in pair}
+        why = "; ".join(
+            f"{_as_written(c)} is named by {c.configured}"
+            if c.configured
+            else f"{c.lib} is a directory ldconfig reads last"
+            for c in pair
+        )
+        found.append(
+            Finding(
+                "cudnn-copies",
+                ERROR if len(versions) > 1 else WARNING,
+                f"two cuDNN {major} copies the loader knows: programs load {first.lib}/{soname}"
+                f" (cuDNN {first.version or '?'}, {_kind(first)}), not "
+                + ", ".join(f"{c.lib} (cuDNN {c.version or '?'}, {_kind(c)})" for c in others),
+                f"ldconfig caches the directories in the order /etc/ld.so.conf and its ld.so.conf.d files name them "
+                f"(the files in name order), so the first of them holds the copy a program gets by name: {why}. "
+                "A cuDNN loads its parts by name too, so the copies must not be mixed"
+                + (" (their versions differ)" if len(versions) > 1 else ""),
+                "keep one copy: where the stack's cuDNN comes from NVIDIA's packages (cudnn_source: nvidia_repo), "
+                "take the tarball's out of the CUDA tree (gpuenv's cudnn role does, for the trees it filled); where "
+                f"it is the tarball's, remove the packages (sudo apt remove 'libcudnn{major}*'); then sudo ldconfig",
+                ["ldconfig_man"],
+                where=[c.lib for c in pair],
+            )
+        )
+    return found
+
+
+def _kind(copy: Cudnn) -> str:
+    return {"tree": f"the CUDA tree {copy.owner}", "system": "the system directory, NVIDIA's packages' place"}.get(
+        copy.kind, copy.kind
+    )
 
 
 def _named(t: Toolkit) -> str:

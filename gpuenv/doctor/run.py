@@ -111,6 +111,7 @@ def examine(host: Host, data: CompatData, opts: Options) -> Diagnosis:
         *hostfindings.host_findings(drv, gpus),
         *hostfindings.toolkit_findings(toolkits),
         *hostfindings.loader_findings(copies),
+        *hostfindings.copies_findings(copies, cache, host.real),
     ]
     for env in with_torch:
         found += findings.env_findings(env, drv, gpus, session, by_dir, advice, data)

@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - each subcomma
             site = mirror.default_site()
             if args.action == "build":
                 mirror.build(site, mirror.default_wheels())
-                for repo in aptrepo.build(site, aptrepo.default_key_home(site)):
+                debian = {d: roots.ensure_root(fleet.roots_dir(), roots.release(d)) for d in aptrepo.DISTROS}
+                for repo in aptrepo.build(site, aptrepo.default_key_home(site), debian):
                     print(repo)
             else:
                 print(site / "compute/cuda/repos")

@@ -7,10 +7,11 @@ nvidia_repo paths run for real against it:
     compute/cuda/repos/debian12/x86_64/cuda-cudart-12-4_12.4.127-1_amd64.deb
     compute/cuda/repos/debian12/x86_64/libcudnn9-cuda-12_9.1.0.70-1_amd64.deb
     compute/cuda/repos/debian12/x86_64/libcudnn8_8.6.0.163-1+cuda11.8_amd64.deb
+    compute/cuda/repos/debian12/x86_64/cuda-drivers_535.309.01-1_amd64.deb (aptdriver.py: Debian's own)
 
 What NVIDIA's packages are (names, versions, file layout, the alternatives and loader settings of
 the config-common packages, the cuDNN headers' _vN names and the libcudnn alternative, the flat
-repository's Release fields, the keyring package) is in ../shared/research/nvidia-apt-repo.md with
+repository's Release fields, the keyring package) is in docs/research/nvidia-apt-repo.md with
 its sources; docs/sandbox.md says where this imitation differs. The repository is signed with a key
 the sandbox makes once (kept with the mirror); cuda-keyring carries it as NVIDIA's carries theirs.
 Built again only when its inputs (the mirror's manifests, this file) change.
@@ -24,13 +25,17 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
+from gpuenv import compat
+from gpuenv.sandbox import aptdriver
 from gpuenv.sandbox.util import SandboxError, log
 
 DISTROS = ("debian12", "debian13")
@@ -44,6 +49,7 @@ INCDIR = "usr/include/x86_64-linux-gnu"
 # The redist components this repository packages, and NVIDIA's package name for each.
 COMPONENTS = {"cuda_cudart": "cudart", "cuda_nvcc": "nvcc", "cuda_nvrtc": "nvrtc"}
 STAMP = ".gpuenv-repo.json"
+LDCONFIG_TRIGGER = "activate-noawait ldconfig"
 
 
 @dataclass
@@ -59,6 +65,9 @@ class Deb:
     files: dict[str, bytes | str] = field(default_factory=dict)
     trees: list[tuple[Path, str]] = field(default_factory=list)  # (a staged directory, where it goes)
     scripts: dict[str, str] = field(default_factory=dict)
+    # dpkg triggers it activates: a package of shared libraries activates ldconfig, so that the
+    # loader's cache lists them once dpkg is done (as Debian's library packages and NVIDIA's do).
+    triggers: list[str] = field(default_factory=list)
 
     def filename(self) -> str:
         return f"{self.name}_{self.version}_{self.arch}.deb"
@@ -75,6 +84,7 @@ class Deb:
         if self.depends:
             lines.append("Depends: " + ", ".join(self.depends))
         summary, _, body = (self.description or self.name).partition("\n")
+        body = body or f" {summary}, as NVIDIA's CUDA repository has it."
         lines.append(f"Description: {summary}")
         lines += [f" {line.strip()}" if line.strip() else " ." for line in body.splitlines()]
         return "\n".join(lines) + "\n"
@@ -82,6 +92,28 @@ class Deb:
 
 def _digest(data: bytes, algo: str) -> str:
     return hashlib.new(algo, data).hexdigest()
+
+
+def _docs(deb: Deb, root: Path) -> None:
+    """The copyright file and the changelog every package carries (lintian's no-copyright-file and
+    no-changelog): NVIDIA's software under NVIDIA's license, and who made this package."""
+    doc = root / "usr/share/doc" / deb.name
+    doc.mkdir(parents=True, exist_ok=True)
+    (doc / "copyright").write_text(
+        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
+        f"Upstream-Name: {deb.name}\n"
+        "Source: https://developer.download.nvidia.com/compute/\n\n"
+        "Files: *\nCopyright: NVIDIA Corporation\nLicense: NVIDIA\n"
+        " NVIDIA's license for this software: the CUDA Toolkit EULA or the cuDNN Software License\n"
+        " Agreement, as shipped in the redist archive the package was made from.\n"
+    )
+    entry = (
+        f"{deb.name} ({deb.version}) stable; urgency=medium\n\n"
+        "  * Made by gpuenv's sandbox from NVIDIA's redist archives, in the layout of\n"
+        "    NVIDIA's CUDA repository.\n\n"
+        f" -- {MAINTAINER}  Thu, 01 Jan 1970 00:00:00 +0000\n"
+    )
+    (doc / "changelog.Debian.gz").write_bytes(gzip.compress(entry.encode(), compresslevel=9, mtime=0))
 
 
 def build_deb(deb: Deb, out_dir: Path) -> Path:
@@ -100,7 +132,9 @@ def build_deb(deb: Deb, out_dir: Path) -> Path:
             else:
                 path.write_bytes(content.encode() if isinstance(content, str) else content)
                 path.chmod(0o644)
-        # Root's files, read by all; executables run by all (a wheel's may be 0744).
+        # Root's files, read by all; executables run by all (a wheel's may be 0744); dated now (the
+        # mirror's archives date theirs 1970, which lintian calls ancient).
+        now = time.time()
         for dirpath, dirnames, filenames in os.walk(root):
             for d in dirnames:
                 Path(dirpath, d).chmod(0o755)
@@ -108,7 +142,15 @@ def build_deb(deb: Deb, out_dir: Path) -> Path:
                 path = Path(dirpath, f)
                 if not path.is_symlink():
                     path.chmod(0o755 if path.stat().st_mode & 0o111 else 0o644)
+            for name in [*dirnames, *filenames]:
+                os.utime(Path(dirpath, name), (now, now), follow_symlinks=False)
+        _docs(deb, root)
         (root / "DEBIAN/control").write_text(deb.control())
+        conffiles = sorted("/" + p.relative_to(root).as_posix() for p in (root / "etc").rglob("*") if p.is_file())
+        if conffiles:
+            (root / "DEBIAN/conffiles").write_text("".join(f"{c}\n" for c in conffiles))
+        if deb.triggers:
+            (root / "DEBIAN/triggers").write_text("".join(f"{t}\n" for t in deb.triggers))
         for name, body in deb.scripts.items():
             script = root / "DEBIAN" / name
             script.write_text("#!/bin/sh\nset -e\n" + body)
@@ -181,6 +223,7 @@ def toolkit_debs(release: str, manifest: dict[str, Any], redist: Path, work: Pat
         rt = Deb(
             f"cuda-{short}-{dash}",
             version,
+            triggers=[LDCONFIG_TRIGGER],
             depends=common,
             description=f"CUDA {short}\n Locked at CUDA Toolkit version {xy}.",
         )
@@ -229,7 +272,78 @@ def toolkit_debs(release: str, manifest: dict[str, Any], redist: Path, work: Pat
         depends=[*members, f"{alternatives.name} (>= {cudart})"],
         description=f"CUDA Toolkit {xy} meta-package\n Meta-package containing the toolkit's packages.",
     )
-    return [*debs, alternatives, meta]
+    return [*debs, alternatives, meta, *release_metas(release, [d.name for d in debs if "-dev-" not in d.name])]
+
+
+def release_metas(release: str, libraries: list[str]) -> list[Deb]:
+    """cuda-libraries-X-Y (the runtime libraries), cuda-runtime-X-Y (those and the driver the
+    release needs: cuda-drivers at its minimum version) and cuda-X-Y (the runtime and the toolkit),
+    the recipe's name: on NVIDIA's repository it pulls the driver, as here."""
+    major, minor = release.split(".")[:2]
+    xy, dash, version = f"{major}.{minor}", f"{major}-{minor}", f"{release}-1"
+    minimum = compat.load().toolkit_driver.get(release)
+    if minimum is None:
+        raise SandboxError(f"gpuenv/data/compat.yaml has no minimum driver for CUDA {release}: add it with its source")
+    libs = [n for n in libraries if n != f"cuda-nvcc-{dash}"]
+    return [
+        Deb(
+            f"cuda-libraries-{dash}",
+            version,
+            depends=[f"{n} (>= {release.rsplit('.', 1)[0]})" for n in libs],
+            description=f"CUDA Libraries {xy} meta-package\n The runtime libraries of CUDA {xy}.",
+        ),
+        Deb(
+            f"cuda-runtime-{dash}",
+            version,
+            depends=[f"cuda-libraries-{dash} (>= {release})", f"cuda-drivers (>= {minimum})"],
+            description=f"CUDA Runtime {xy} meta-package\n The libraries and the driver CUDA {xy} needs.",
+        ),
+        Deb(
+            f"cuda-{dash}",
+            version,
+            depends=[f"cuda-runtime-{dash} (>= {release})", f"cuda-toolkit-{dash} (>= {release})"],
+            description=f"CUDA {xy} meta-package\n The toolkit, the runtime and the driver.",
+        ),
+    ]
+
+
+def driver_meta_debs(version: str, present: set[str]) -> list[Deb]:
+    """NVIDIA's driver metapackages over the re-versioned driver: cuda-drivers-<branch> (the
+    proprietary modules and the user space), cuda-drivers (the newest branch), and nvidia-open-<branch>
+    and nvidia-open where the open modules are there at the driver's version."""
+    branch = version.split(".", maxsplit=1)[0]
+    # As NVIDIA's: a lower bound on the branch's packages (cuda-drivers-580: nvidia-driver (>= ...)).
+    userspace = [f"{n} (>= {version})" for n in ("nvidia-driver", "libcuda1", "nvidia-smi") if n in present]
+    debs = [
+        Deb(
+            f"cuda-drivers-{branch}",
+            version,
+            depends=[*userspace, f"nvidia-kernel-dkms (>= {version})"],
+            description=f"CUDA Driver meta-package, branch-specific\n The {branch} driver, proprietary modules.",
+        ),
+        Deb(
+            "cuda-drivers",
+            version,
+            depends=[f"cuda-drivers-{branch} (= {version})"],
+            description="CUDA Driver meta-package, branch-agnostic\n The newest driver branch.",
+        ),
+    ]
+    if "nvidia-kernel-open-dkms" in present:
+        debs += [
+            Deb(
+                f"nvidia-open-{branch}",
+                version,
+                depends=[*userspace, f"nvidia-kernel-open-dkms (>= {version})"],
+                description=f"NVIDIA driver metapackage, open modules\n The {branch} driver with its open modules.",
+            ),
+            Deb(
+                "nvidia-open",
+                version,
+                depends=[f"nvidia-open-{branch} (= {version})"],
+                description="NVIDIA driver metapackage, open modules\n The newest driver branch, open modules.",
+            ),
+        ]
+    return debs
 
 
 def config_debs(releases: dict[str, dict[str, Any]]) -> list[Deb]:
@@ -301,7 +415,7 @@ def cudnn_debs(manifest: dict[str, Any], redist: Path, work: Path) -> list[Deb]:
                 f"libcudnn{cudnn_major}-dev-cuda-{cuda_major}",
                 f"cudnn{cudnn_major}-cuda-{cuda_major}",
             )
-        rt = Deb(rt_name, full, description="cuDNN runtime libraries")
+        rt = Deb(rt_name, full, description="cuDNN runtime libraries", triggers=[LDCONFIG_TRIGGER])
         rt.trees.append((runtime, "."))
         dv = Deb(
             dev_name, full, depends=[f"{rt_name} (= {full})"], description="cuDNN development libraries and headers"
@@ -449,8 +563,8 @@ def _inputs(site: Path) -> dict[str, str]:
     manifests = sorted((site / "compute/cuda/redist").glob("redistrib_*.json")) + sorted(
         (site / "compute/cudnn/redist").glob("redistrib_*.json")
     )
-    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
-    return {"code": code, **{m.name: hashlib.sha256(m.read_bytes()).hexdigest() for m in manifests}}
+    code = hashlib.sha256(b"".join(Path(str(m.__file__)).read_bytes() for m in (aptdriver, sys.modules[__name__])))
+    return {"code": code.hexdigest(), **{m.name: hashlib.sha256(m.read_bytes()).hexdigest() for m in manifests}}
 
 
 def default_key_home(site: Path) -> Path:
@@ -458,20 +572,30 @@ def default_key_home(site: Path) -> Path:
     return site.parent / "repo-key"
 
 
-def build(site: Path, key_home: Path) -> list[Path]:
+def default_downloads(site: Path) -> Path:
+    """Debian's driver packages, as downloaded (kept beside the mirror's site, not served)."""
+    return site.parent / "debian-debs"
+
+
+def build(site: Path, key_home: Path, debian_roots: dict[str, Path], downloads: Path | None = None) -> list[Path]:
     """Build (or keep) the repository for each distro under site/compute/cuda/repos; returns the
-    repository directories. The mirror (site/compute/*/redist) must be built first."""
+    repository directories. The mirror (site/compute/*/redist) must be built first; debian_roots
+    names, per distro, the Debian root whose apt lists say which driver Debian has (its packages
+    are fetched from Debian's archive into downloads)."""
     cuda_redist, cudnn_redist = site / "compute/cuda/redist", site / "compute/cudnn/redist"
     if not any(cuda_redist.glob("redistrib_*.json")):
         raise SandboxError(
             f"no redist manifests under {cuda_redist}: build the mirror first (scripts/sandbox mirror build)"
         )
-    inputs = _inputs(site)
-    repos = [site / "compute/cuda/repos" / d / ARCH for d in DISTROS]
-    if all(json.loads((r / STAMP).read_text()) == inputs for r in repos if (r / STAMP).exists()) and all(
-        (r / STAMP).exists() for r in repos
-    ):
-        return repos
+    downloads = downloads or default_downloads(site)
+    drivers = {d: aptdriver.driver_closure(aptdriver.debian_index(debian_roots[d])) for d in DISTROS}
+    common = _inputs(site)
+    inputs = {
+        d: {**common, "driver": {p.fields["Filename"]: p.fields["SHA256"] for p in drivers[d][1]}} for d in DISTROS
+    }
+    repos = {d: site / "compute/cuda/repos" / d / ARCH for d in DISTROS}
+    if all((r / STAMP).exists() and json.loads((r / STAMP).read_text()) == inputs[d] for d, r in repos.items()):
+        return list(repos.values())
     signer = Signer(key_home)
     signer.ensure()
     releases = {
@@ -489,12 +613,19 @@ def build(site: Path, key_home: Path) -> list[Path]:
             debs += cudnn_debs(json.loads(m.read_text()), cudnn_redist, work)
         log(f"building {len(debs)} packages of the sandbox CUDA repository")
         files = [build_deb(deb, built) for deb in debs]
-        for distro, repo in zip(DISTROS, repos, strict=True):
+        for distro, repo in repos.items():
             shutil.rmtree(repo, ignore_errors=True)
             repo.mkdir(parents=True)
             for f in files:
                 os.link(f, repo / f.name)
+            debian_version, packages = drivers[distro]
+            version = aptdriver.nvidia_version(debian_version)
+            log(f"{distro}: Debian's driver {debian_version} as NVIDIA's {version} ({len(packages)} packages)")
+            for original in aptdriver.fetch(packages, downloads):
+                aptdriver.reversion(original, debian_version, version, repo)
+            for meta in driver_meta_debs(version, {aptdriver.RENAMES.get(p.name, p.name) for p in packages}):
+                build_deb(meta, repo)
             build_deb(keyring_deb(signer.public(), distro), repo)
             write_index(repo, signer)
-            (repo / STAMP).write_text(json.dumps(inputs, indent=2) + "\n")
-    return repos
+            (repo / STAMP).write_text(json.dumps(inputs[distro], indent=2) + "\n")
+    return list(repos.values())

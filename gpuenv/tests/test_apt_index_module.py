@@ -14,6 +14,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
+from gpuenv import hostparse
 from gpuenv.tests.conftest import load_plugin
 
 REPO = Path(__file__).resolve().parents[2]
@@ -279,3 +280,29 @@ def test_apts_retries_are_written_once_and_check_mode_only_reports_them(
     out = _run(apt, monkeypatch, capsys, packages=["nvidia-cuda-toolkit"], retries=0)
     assert out["changed"] is False
     assert 'Acquire::Retries "5";' in conf.read_text()  # 0 leaves apt's setting as it is
+
+
+# `apt-cache madison libcuda1` on a Debian 13 host with the sandbox's copy of NVIDIA's repository:
+# Debian's own 550.163.01-2 is higher than NVIDIA's 550.163.01-1.
+MADISON_LIBCUDA1 = (
+    "  libcuda1 | 550.163.01-2 | http://deb.debian.org/debian trixie/non-free amd64 Packages\n"
+    "  libcuda1 | 550.163.01-1 | http://10.199.0.1:8000/compute/cuda/repos/debian13/x86_64  Packages\n"
+)
+
+
+def test_only_the_repository_s_versions_when_debian_has_the_same_names_higher(
+    host: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    apt = FakeApt(host, INDEXTARGETS, {"libcuda1": MADISON_LIBCUDA1, "cuda-drivers": ""}, {})
+    _fetched(apt, age=600, sources_age=3000, host=host)
+    repo = "http://10.199.0.1:8000/compute/cuda/repos/debian13/x86_64/"
+    out = _run(apt, monkeypatch, capsys, packages=["libcuda1"], repository=repo, only_repository=True)
+    assert out["madison"]["libcuda1"] == MADISON_LIBCUDA1.splitlines(keepends=True)[1]
+    assert hostparse.pin_choice(out["madison"]["libcuda1"], "550")["version"] == "550.163.01-1"
+    # Without the option every repository's versions, the highest Debian's.
+    out = _run(apt, monkeypatch, capsys, packages=["libcuda1"], repository=repo)
+    assert hostparse.pin_choice(out["madison"]["libcuda1"], "550")["version"] == "550.163.01-2"
+    # A name only another repository offers is missing from this one, and says where it looked.
+    apt.offers = {"libcuda1": MADISON_LIBCUDA1.splitlines(keepends=True)[0]}
+    out = _run(apt, monkeypatch, capsys, packages=["libcuda1"], repository=repo, only_repository=True)
+    assert out["missing"] == ["libcuda1"]

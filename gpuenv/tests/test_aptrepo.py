@@ -102,6 +102,75 @@ def _site(root: Path) -> Path:
     return root
 
 
+DEBIAN12_DRIVER = "535.309.01-0+deb12u1"
+DEBIAN13_DRIVER = "550.163.01-2"
+
+
+def _debian_deb(out: Path, control: dict[str, str]) -> Path:
+    """A small real package (dpkg-deb builds it) with the given control fields and one file."""
+    root = out / f"{control['Package']}.d"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "usr/share/doc" / control["Package"]).mkdir(parents=True)
+    (root / "usr/share/doc" / control["Package"] / "README").write_text(f"{control['Package']}\n")
+    fields = {"Architecture": "amd64", "Maintainer": "Debian NVIDIA Maintainers <x@debian.org>", **control}
+    fields.setdefault("Description", "stand-in")
+    (root / "DEBIAN/control").write_text("".join(f"{k}: {v}\n" for k, v in fields.items()))
+    deb = out / f"{control['Package']}_{control['Version']}_amd64.deb"
+    argv = ["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(root), str(deb)]
+    subprocess.run(argv, check=True, capture_output=True)
+    shutil.rmtree(root)
+    return deb
+
+
+def _debian_root(tmp_path: Path, name: str, version: str, open_version: str, downloads: Path) -> Path:
+    """A Debian root's apt lists (non-free) naming Debian's driver packages, as Debian builds them
+    (the relations between them, a virtual package one of them provides, a package of another source
+    at its own version, bookworm's open modules at an older version), their files in downloads."""
+    upstream, open_upstream = version.split("-", maxsplit=1)[0], open_version.split("-", maxsplit=1)[0]
+    src = f"nvidia-graphics-drivers ({version})"
+    packages = [
+        {"Package": "nvidia-driver", "Version": version, "Source": src,
+         "Depends": f"nvidia-alternative (= {version}), nvidia-kernel-dkms (= {version}) | nvidia-kernel-{upstream}"
+                    f" | nvidia-open-kernel-{upstream}, nvidia-support",
+         "Recommends": f"nvidia-settings (>= 535), libnvidia-cfg1 (= {version})"},
+        {"Package": "nvidia-kernel-dkms", "Version": version, "Source": src,
+         "Depends": "nvidia-kernel-support--v1, dkms (>= 3.0.3-4~)", "Provides": f"nvidia-kernel-{upstream}"},
+        {"Package": "nvidia-kernel-support", "Version": version, "Source": src,
+         "Depends": f"nvidia-alternative (= {version})", "Provides": "nvidia-kernel-support--v1"},
+        {"Package": "nvidia-alternative", "Version": version, "Source": src},
+        {"Package": "libnvidia-cfg1", "Version": version, "Source": src},
+        {"Package": "libcuda1", "Version": version, "Source": src, "Depends": f"nvidia-alternative (= {version})"},
+        {"Package": "nvidia-smi", "Version": version, "Source": src, "Depends": f"libnvidia-ml1 (= {version})"},
+        {"Package": "libnvidia-ml1", "Version": version, "Source": src},
+        {"Package": "nvidia-support", "Version": "20240109+1"},
+        {"Package": "nvidia-open-kernel-dkms", "Version": open_version,
+         "Source": f"nvidia-open-gpu-kernel-modules ({open_version})",
+         "Depends": "nvidia-kernel-support--v1", "Provides": f"nvidia-open-kernel-{open_upstream}"},
+    ]  # fmt: skip
+    downloads.mkdir(parents=True, exist_ok=True)
+    stanzas = []
+    for control in packages:
+        deb = _debian_deb(downloads, control)
+        pool = f"pool/non-free/n/nvidia-graphics-drivers/{deb.name}"
+        stanzas.append(
+            "".join(f"{k}: {v}\n" for k, v in control.items())
+            + f"Architecture: amd64\nFilename: {pool}\nSize: {deb.stat().st_size}\n"
+            + f"SHA256: {hashlib.sha256(deb.read_bytes()).hexdigest()}\n"
+        )
+    lists = tmp_path / name / "var/lib/apt/lists"
+    lists.mkdir(parents=True)
+    (lists / f"deb.debian.org_debian_dists_{name}_non-free_binary-amd64_Packages").write_text("\n".join(stanzas))
+    return tmp_path / name
+
+
+def _debian_roots(tmp_path: Path) -> tuple[dict[str, Path], Path]:
+    downloads = tmp_path / "debian-debs"
+    return {
+        "debian12": _debian_root(tmp_path, "bookworm", DEBIAN12_DRIVER, "535.261.03-1", downloads),
+        "debian13": _debian_root(tmp_path, "trixie", DEBIAN13_DRIVER, DEBIAN13_DRIVER, downloads),
+    }, downloads
+
+
 def _contents(deb: Path) -> str:
     return subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout  # noqa: S607
 
@@ -112,7 +181,8 @@ def _script(deb: Path, name: str) -> str:
 
 def test_the_repository_has_nvidia_s_packages_and_a_release_apt_can_check(tmp_path: Path) -> None:
     site = _site(tmp_path / "site")
-    repos = aptrepo.build(site, tmp_path / "gnupg")
+    roots, downloads = _debian_roots(tmp_path)
+    repos = aptrepo.build(site, tmp_path / "gnupg", roots, downloads)
     assert [r.relative_to(site).as_posix() for r in repos] == [
         "compute/cuda/repos/debian12/x86_64",
         "compute/cuda/repos/debian13/x86_64",
@@ -120,11 +190,20 @@ def test_the_repository_has_nvidia_s_packages_and_a_release_apt_can_check(tmp_pa
     repo = repos[0]
     index = hostparse.parse_deb822((repo / "Packages").read_text())
     versions = {s["Package"]: s["Version"] for s in index}
+    driver = (
+        *("nvidia-driver", "nvidia-kernel-dkms", "nvidia-kernel-support", "nvidia-alternative"),
+        *("libnvidia-cfg1", "libcuda1", "nvidia-smi", "libnvidia-ml1", "cuda-drivers", "cuda-drivers-535"),
+    )
+    assert {p: v for p, v in versions.items() if p in driver} == dict.fromkeys(driver, "535.309.01-1")
+    versions = {p: v for p, v in versions.items() if p not in driver}
     assert versions == {
         "cuda-cudart-12-4": "12.4.127-1",
         "cuda-cudart-dev-12-4": "12.4.127-1",
         "cuda-nvcc-12-4": "12.4.131-1",
         "cuda-toolkit-12-4": "12.4.1-1",
+        "cuda-libraries-12-4": "12.4.1-1",
+        "cuda-runtime-12-4": "12.4.1-1",
+        "cuda-12-4": "12.4.1-1",
         "cuda-toolkit-12-4-config-common": "12.4.127-1",
         "cuda-toolkit-12-config-common": "12.4.127-1",
         "cuda-toolkit-config-common": "12.4.127-1",
@@ -139,7 +218,8 @@ def test_the_repository_has_nvidia_s_packages_and_a_release_apt_can_check(tmp_pa
         deb = repo / stanza["Filename"].removeprefix("./")
         assert stanza["Filename"].startswith("./")
         assert stanza["SHA256"] == hashlib.sha256(deb.read_bytes()).hexdigest()
-        assert stanza["Maintainer"] == "cudatools <cudatools@nvidia.com>"
+        if stanza["Package"] not in driver:  # the driver's are Debian's packages, re-versioned
+            assert stanza["Maintainer"] == "cudatools <cudatools@nvidia.com>"
     # The layout: libraries in the toolkit's targets tree, lib64 a link to it; cuDNN in the system's
     # library directory, its headers as _vN names behind the libcudnn alternative.
     cudart = _contents(repo / "cuda-cudart-12-4_12.4.127-1_amd64.deb")
@@ -154,6 +234,9 @@ def test_the_repository_has_nvidia_s_packages_and_a_release_apt_can_check(tmp_pa
     dev = _contents(repo / "libcudnn9-dev-cuda-12_9.1.0.70-1_amd64.deb")
     assert "./usr/include/x86_64-linux-gnu/cudnn_version_v9.h" in dev
     assert "cudnn_v9_v9.h" not in dev
+    # Library packages have dpkg run ldconfig once they are in, so that the loader's cache lists them.
+    assert _script(repo / "libcudnn9-cuda-12_9.1.0.70-1_amd64.deb", "triggers") == "activate-noawait ldconfig\n"
+    assert _script(repo / "cuda-cudart-12-4_12.4.127-1_amd64.deb", "triggers") == "activate-noawait ldconfig\n"
     postinst = _script(repo / "libcudnn9-dev-cuda-12_9.1.0.70-1_amd64.deb", "postinst")
     assert (
         "update-alternatives --install /usr/include/cudnn.h libcudnn /usr/include/x86_64-linux-gnu/cudnn_v9.h 90"
@@ -182,10 +265,107 @@ def test_the_repository_has_nvidia_s_packages_and_a_release_apt_can_check(tmp_pa
     assert checked.returncode == 0, checked.stderr
     # The same inputs: nothing is built again.
     before = (repo / "InRelease").stat().st_mtime_ns
-    aptrepo.build(site, tmp_path / "gnupg")
+    aptrepo.build(site, tmp_path / "gnupg", roots, downloads)
     assert (repo / "InRelease").stat().st_mtime_ns == before
+
+
+def _member(deb: Path, prefix: str) -> bytes:
+    data = deb.read_bytes()
+    pos = 8
+    while pos < len(data):
+        name, size = data[pos : pos + 16].decode().strip(), int(data[pos + 48 : pos + 58])
+        if name.startswith(prefix):
+            return data[pos + 60 : pos + 60 + size]
+        pos += 60 + size + size % 2
+    raise AssertionError(f"{deb.name} has no {prefix} member")
+
+
+def test_the_driver_is_debian_s_packages_re_versioned_as_nvidia_s(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site")
+    roots, downloads = _debian_roots(tmp_path)
+    bookworm, trixie = aptrepo.build(site, tmp_path / "gnupg", roots, downloads)
+    index = {s["Package"]: s for s in hostparse.parse_deb822((bookworm / "Packages").read_text())}
+    # Every relation between the driver's packages names the new version; the rest is Debian's.
+    driver = index["nvidia-driver"]
+    assert driver["Depends"] == (
+        "nvidia-alternative (= 535.309.01-1), nvidia-kernel-dkms (= 535.309.01-1) | nvidia-kernel-535.309.01"
+        " | nvidia-open-kernel-535.309.01, nvidia-support"
+    )
+    assert driver["Source"] == "nvidia-graphics-drivers (535.309.01-1)"
+    assert driver["Recommends"] == "nvidia-settings (>= 535), libnvidia-cfg1 (= 535.309.01-1)"
+    # Reached through the virtual package it provides; a package of another source stays Debian's,
+    # and bookworm's open modules (another version) are left out, as are NVIDIA's open metapackages.
+    assert "nvidia-kernel-support" in index
+    assert "nvidia-support" not in index
+    assert not {"nvidia-open-kernel-dkms", "nvidia-kernel-open-dkms", "nvidia-open"} & set(index)
+    assert index["cuda-drivers"]["Depends"] == "cuda-drivers-535 (= 535.309.01-1)"
+    assert index["cuda-drivers-535"]["Depends"] == (
+        "nvidia-driver (>= 535.309.01-1), libcuda1 (>= 535.309.01-1), nvidia-smi (>= 535.309.01-1), "
+        "nvidia-kernel-dkms (>= 535.309.01-1)"
+    )
+    assert index["cuda-runtime-12-4"]["Depends"] == "cuda-libraries-12-4 (>= 12.4.1), cuda-drivers (>= 550.54.15)"
+    # The binaries are Debian's, byte for byte; only the control member changed.
+    original = downloads / f"nvidia-driver_{DEBIAN12_DRIVER}_amd64.deb"
+    rebuilt = bookworm / "nvidia-driver_535.309.01-1_amd64.deb"
+    assert _member(rebuilt, "data.tar") == _member(original, "data.tar")
+    assert _member(rebuilt, "control.tar") != _member(original, "control.tar")
+    for deb in bookworm.glob("*.deb"):
+        info = subprocess.run(["dpkg-deb", "--info", str(deb)], capture_output=True, text=True, check=False)  # noqa: S607
+        assert info.returncode == 0, (deb.name, info.stderr)
+    # Debian 13: the open modules under NVIDIA's name, answering to Debian's, and nvidia-open.
+    index = {s["Package"]: s for s in hostparse.parse_deb822((trixie / "Packages").read_text())}
+    opened = index["nvidia-kernel-open-dkms"]
+    assert opened["Version"] == "550.163.01-1"
+    assert "nvidia-open-kernel-dkms (= 550.163.01-1)" in opened["Provides"]
+    assert opened["Conflicts"] == opened["Replaces"] == "nvidia-open-kernel-dkms"
+    assert index["nvidia-open"]["Depends"] == "nvidia-open-550 (= 550.163.01-1)"
+    assert "nvidia-kernel-open-dkms (>= 550.163.01-1)" in index["nvidia-open-550"]["Depends"]
+
+
+def test_a_new_driver_in_debian_s_index_builds_the_repository_again(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site")
+    roots, downloads = _debian_roots(tmp_path)
+    repo = aptrepo.build(site, tmp_path / "gnupg", roots, downloads)[0]
+    shutil.rmtree(roots["debian12"])
+    roots["debian12"] = _debian_root(tmp_path, "bookworm", "535.320.01-0+deb12u1", "535.261.03-1", downloads)
+    aptrepo.build(site, tmp_path / "gnupg", roots, downloads)
+    assert (repo / "libcuda1_535.320.01-1_amd64.deb").exists()
+    assert not (repo / "libcuda1_535.309.01-1_amd64.deb").exists()
 
 
 def test_without_the_mirror_the_build_says_to_build_it_first(tmp_path: Path) -> None:
     with pytest.raises(SandboxError, match="build the mirror first"):
-        aptrepo.build(tmp_path, tmp_path / "gnupg")
+        aptrepo.build(tmp_path, tmp_path / "gnupg", {}, tmp_path)
+
+
+def test_a_root_without_apt_lists_says_how_to_get_them(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site")
+    roots = {"debian12": tmp_path / "empty", "debian13": tmp_path / "empty"}
+    with pytest.raises(SandboxError, match="has no apt lists"):
+        aptrepo.build(site, tmp_path / "gnupg", roots, tmp_path)
+
+
+# lintian's errors that NVIDIA's own packages have too, by what they are: the toolkit lives in
+# /usr/local/cuda-X.Y, its libraries depend on nothing but the config-common packages, the
+# config-common packages add the toolkit to the loader's path, cuda-keyring installs apt sources.
+# The stand-in archives' "libraries" are not amd64 ELF files, their static library no ar archive.
+NVIDIA_LINTIAN = {
+    "dir-in-usr-local",
+    "file-in-usr-local",
+    "missing-dependency-on-libc",
+    "package-modifies-ld.so-search-path",
+    "package-installs-apt-sources",
+}
+STAND_IN_LINTIAN = {"binary-from-other-architecture", "unpack-message-for-deb-data"}
+
+
+@pytest.mark.skipif(not shutil.which("lintian"), reason="needs lintian (scripts/setup installs it)")
+def test_lintian_finds_no_errors_beyond_those_of_nvidia_s_own_packages(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site")
+    roots, downloads = _debian_roots(tmp_path)
+    repo = aptrepo.build(site, tmp_path / "gnupg", roots, downloads)[0]
+    # The packages made here: the driver's are Debian's own, only re-versioned.
+    made = [d for d in sorted(repo.glob("*.deb")) if "nvidia" not in d.name and not d.name.startswith("libcuda1")]
+    done = subprocess.run(["lintian", "-q", *map(str, made)], capture_output=True, text=True, check=False)  # noqa: S607
+    errors = sorted({line.split()[2] for line in done.stdout.splitlines() if line.startswith("E: ")})
+    assert set(errors) <= NVIDIA_LINTIAN | STAND_IN_LINTIAN, done.stdout

@@ -275,3 +275,30 @@ def test_a_machine_without_a_gpu_and_a_cpu_torch(tmp_path: Path) -> None:
     assert d.advice.stacks() == []
     assert "would replace" not in report.text(d, DATA)
     assert "verify exit 0 (3 pass, 0 fail, 0 warn, 20 skip)" in report.text(d, DATA)
+
+
+def test_a_package_cudnn_beside_the_tree_s_copy_names_the_one_programs_load_and_why(tmp_path: Path) -> None:
+    """NVIDIA's libcudnn9-cuda-12 in the system directory and the tarball's copy in the CUDA tree
+    that gpuenv-cuda.conf names: the cache lists the tree's first (its file comes before
+    x86_64-linux-gnu.conf), so that is the copy a program loads."""
+    fh = doctor_hosts.clean(tmp_path / "root")
+    doctor_hosts.cudnn_into(
+        fh, doctor_hosts.MULTIARCH, "/usr/include/x86_64-linux-gnu", "cudnn_version-9.1.0.70.h", "9.3.0"
+    )
+    cache = doctor_hosts.data("ldconfig-p-clean.txt") + "".join(
+        f"\tlibcudnn{p}.so.9 (libc6,x86-64) => {doctor_hosts.MULTIARCH}/libcudnn{p}.so.9\n"
+        for p in ["", *(f"_{n}" for n in doctor_hosts.CUDNN9)]
+    )
+    fh.forget("/usr/sbin/ldconfig")
+    fh.tool("/usr/sbin/ldconfig", ("-p", done(cache)))
+    found = only(diagnose(fh), "cudnn-copies")
+    tree_lib = f"{doctor_hosts.GPUENV_TREE}/lib"
+    assert found.severity == "error"  # 9.1.0 against 9.3.0
+    assert found.message.startswith(f"two cuDNN 9 copies the loader knows: programs load {tree_lib}/libcudnn.so.9")
+    assert f"{doctor_hosts.MULTIARCH} (cuDNN 9.3.0, the system directory" in found.message
+    assert "/etc/ld.so.conf.d/gpuenv-cuda.conf" in found.why
+    assert f"(that is, {doctor_hosts.MULTIARCH}) is named by /etc/ld.so.conf.d/x86_64-linux-gnu.conf" in found.why
+    assert "sudo apt remove 'libcudnn9*'" in found.fix
+    assert found.where == [tree_lib, doctor_hosts.MULTIARCH]
+    # One copy: no finding.
+    assert "cudnn-copies" not in {f.rule for f in diagnose(doctor_hosts.clean(tmp_path / "one")).findings}

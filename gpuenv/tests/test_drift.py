@@ -236,3 +236,50 @@ def test_what_only_the_stamp_sees_is_named_by_its_places() -> None:
     none = {"converged": False, "differs": [], "why": "no stamp of a complete run (the first run): every stage runs"}
     assert _compare(converged=none)["drift.since_last_run"]["status"] == "skip"
     assert "drift.since_last_run" not in _compare()  # a caller that reads no stamp gets no such check
+
+
+def _repo_host() -> dict[str, Any]:
+    """The drift host's records as the roles write them where cuDNN and the toolkit came from
+    NVIDIA's repository: each package with the version it was installed and held at."""
+    facts = copy.deepcopy(_facts())
+    facts["cudnn"] = {
+        **facts["cudnn"],
+        "source": "nvidia_repo",
+        "packages": {"libcudnn9-cuda-12": "9.1.0.70-1", "libcudnn9-dev-cuda-12": "9.1.0.70-1"},
+    }
+    facts["cuda_toolkit"] = {**facts["cuda_toolkit"], "packages": {"cuda-toolkit-12-4": "12.4.1-1"}}
+    return facts
+
+
+# gpuenv_host_state's dpkg state (parse_dpkg_query of `dpkg-query -W -f '${db:Status-Abbrev} ...'`).
+HELD = hostparse.parse_dpkg_query(
+    "hi  libcudnn9-cuda-12 9.1.0.70-1\nhi  libcudnn9-dev-cuda-12 9.1.0.70-1\nhi  cuda-toolkit-12-4 12.4.1-1\n"
+)
+
+
+def test_nvidia_s_packages_as_installed_and_held_pass() -> None:
+    check = _compare(_repo_host(), dpkg=HELD)["drift.packages"]
+    assert check["status"] == "pass", check
+    assert "cuda-toolkit-12-4, libcudnn9-cuda-12, libcudnn9-dev-cuda-12" in check["summary"]
+
+
+def test_a_held_cudnn_package_unheld_and_upgraded_by_hand_is_named() -> None:
+    """apt-mark unhold libcudnn9-cuda-12; apt install libcudnn9-cuda-12=9.1.1.17-1."""
+    upgraded = hostparse.parse_dpkg_query(
+        "ii  libcudnn9-cuda-12 9.1.1.17-1\nhi  libcudnn9-dev-cuda-12 9.1.0.70-1\nhi  cuda-toolkit-12-4 12.4.1-1\n"
+    )
+    check = _compare(_repo_host(), dpkg=upgraded)["drift.packages"]
+    assert check["status"] == "fail"
+    assert check["observed"] == [
+        "libcudnn9-cuda-12 is 9.1.1.17-1, not 9.1.0.70-1: changed behind gpuenv's back",
+        "libcudnn9-cuda-12 is not held any more",
+    ]
+    assert "run playbooks/site.yml" in check["hint"]
+    # Removed altogether: dpkg does not know it (gpuenv_host_state leaves it out).
+    removed = {k: v for k, v in HELD.items() if k != "cuda-toolkit-12-4"}
+    check = _compare(_repo_host(), dpkg=removed)["drift.packages"]
+    assert check["observed"] == ["cuda-toolkit-12-4 is not installed (gpuenv installed 12.4.1-1)"]
+
+
+def test_records_without_packages_add_no_package_check() -> None:
+    assert "drift.packages" not in _compare(dpkg=HELD)

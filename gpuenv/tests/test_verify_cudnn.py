@@ -44,7 +44,7 @@ def test_the_cudnn_8_tree_loads_through_the_loader_cache(tmp_path: Path) -> None
     ctx = base.Context(expect={"cudnn": "8.9.7.29", "cudnn_libraries": CUDNN8}, cuda_home=tree, ldconfig_cache=cache)
     check = cuda_tree.cudnn_loader(ctx)
     assert check.status == "pass", check
-    assert check.summary == f"the loader finds all 7 cuDNN libraries in {tree / 'lib64'}"
+    assert check.summary == f"the loader finds all 7 cuDNN libraries in {tree / 'lib64'} (in the CUDA tree)"
 
 
 def test_a_cudnn_library_missing_from_the_cache_or_shadowed_fails_with_the_ldconfig_hint(tmp_path: Path) -> None:
@@ -128,3 +128,63 @@ def test_a_cudnn_library_only_root_can_read_fails_for_the_members_who_load_it(tm
     assert check.observed == [f"{closed} (mode 0600)"]
     assert "run playbooks/site.yml again" in (check.hint or "")
     assert cuda_tree.cudnn_readable(base.Context(expect={"cudnn": "none"})).status == "skip"
+
+
+def _packages_host(tmp_path: Path, version: str = "9.1.0") -> base.Context:
+    """A host whose cuDNN 9 came from NVIDIA's packages (the cudnn role's record says nvidia_repo):
+    libraries in the system library directory, headers named cudnn*_v9.h beside them."""
+    major, minor, patch = version.split(".")
+    facts, include, lib = (
+        tmp_path / "facts.d",
+        tmp_path / "usr/include/x86_64-linux-gnu",
+        tmp_path / "usr/lib/x86_64-linux-gnu",
+    )
+    for folder in (facts, include, lib):
+        folder.mkdir(parents=True)
+    (facts / "cudnn.fact").write_text('{"source": "nvidia_repo", "version": "9.1.0.70", "cuda_major": "12"}')
+    (include / "cudnn_version_v9.h").write_text(
+        f"#define CUDNN_MAJOR {major}\n#define CUDNN_MINOR {minor}\n#define CUDNN_PATCHLEVEL {patch}\n"
+    )
+    (lib / "libcudnn.so.9.1.0").write_bytes(b"\x7fELF")
+    (lib / "libcudnn.so.9").symlink_to("libcudnn.so.9.1.0")
+    return base.Context(
+        expect={"cudnn": "9.1.0.70", "cudnn_libraries": ["libcudnn.so.9"]},
+        cuda_home=tmp_path / "cuda",
+        facts_dir=facts,
+        system_include=include,
+        system_lib=lib,
+        ldconfig_cache=_ldconfig([("libcudnn.so.9", str(lib / "libcudnn.so.9"))]),
+    )
+
+
+def test_a_cudnn_from_nvidia_s_packages_is_read_from_the_system_directories(tmp_path: Path) -> None:
+    ctx = _packages_host(tmp_path)
+    header = cuda_tree.cudnn(ctx)
+    assert header.status == "pass", header
+    assert header.summary == f"{ctx.system_include / 'cudnn_version_v9.h'} says cuDNN 9.1.0 (installed by packages)"
+    loader = cuda_tree.cudnn_loader(ctx)
+    assert loader.status == "pass", loader
+    assert loader.summary == f"the loader finds all 1 cuDNN libraries in {ctx.system_lib} (installed by packages)"
+    assert cuda_tree.cudnn_readable(ctx).status == "pass"
+
+
+def test_a_tarball_copy_in_a_cuda_tree_shadowing_the_packages_fails_and_names_it(tmp_path: Path) -> None:
+    ctx = _packages_host(tmp_path)
+    tree = _cudnn_tree(tmp_path, ["libcudnn.so.9"])
+    ctx.ldconfig_cache = _ldconfig(
+        [("libcudnn.so.9", str(tree / "lib64/libcudnn.so.9")), ("libcudnn.so.9", str(ctx.system_lib / "libcudnn.so.9"))]
+    )
+    check = cuda_tree.cudnn_loader(ctx)
+    assert check.status == "fail"
+    assert check.observed == [
+        f"libcudnn.so.9: the loader finds {tree / 'lib64/libcudnn.so.9'}, not {ctx.system_lib / 'libcudnn.so.9'}"
+    ]
+    assert "gpuenv doctor names the copy that shadows it" in (check.hint or "")
+
+
+def test_without_the_packages_header_the_check_names_the_file_nvidia_s_package_installs(tmp_path: Path) -> None:
+    ctx = _packages_host(tmp_path)
+    (ctx.system_include / "cudnn_version_v9.h").unlink()
+    check = cuda_tree.cudnn(ctx)
+    assert check.status == "fail"
+    assert check.summary == f"no {ctx.system_include / 'cudnn_version_v9.h'}"

@@ -6,6 +6,8 @@ crash is that check's failure). Standard library only; torch arrives as Context.
 from __future__ import annotations
 
 import contextlib
+import json
+import platform
 import shutil
 import subprocess
 import sys
@@ -116,6 +118,24 @@ def _nvml_driver() -> str | None:
     return version.decode() if isinstance(version, bytes) else str(version)
 
 
+@dataclass(frozen=True)
+class CudnnPlace:
+    """Where the host's system cuDNN is: NVIDIA's packages put it in the system directories (headers
+    named cudnn*_vN.h, the plain names through the libcudnn alternative), the tarball into the CUDA
+    tree."""
+
+    kind: str  # "packages" or "tree"
+    include: Path
+    lib: Path
+
+    def describe(self) -> str:
+        return "installed by packages" if self.kind == "packages" else "in the CUDA tree"
+
+
+# The system library directory of NVIDIA's packages (Debian's multiarch directory).
+MULTIARCH = f"{platform.machine()}-linux-gnu"
+
+
 @dataclass
 class Context:
     """What the checks run against. A check reads the host through the properties below, each read
@@ -134,6 +154,11 @@ class Context:
     device: Any = None
     # `ldconfig -p` as text; None: run it when a check asks (tests give saved output).
     ldconfig_cache: str | None = None
+    # The roles' records (the cudnn role's says which source installed the cuDNN), and the system
+    # directories NVIDIA's packages install into (tests give temporary ones).
+    facts_dir: Path = Path("/etc/ansible/facts.d")
+    system_include: Path = Path("/usr/include") / MULTIARCH
+    system_lib: Path = Path("/usr/lib") / MULTIARCH
 
     def gpu_skip(self, spec: Spec, reason: str = NO_GPU, *, title: str | None = None, observed: Any = None) -> Check:
         """A GPU check that cannot run: skip with the reason (what it observed without a GPU, else the
@@ -181,6 +206,23 @@ class Context:
         if self.device is not None:
             return self.device
         return self.torch.device("cuda") if self.gpu_visible else None
+
+    @cached_property
+    def cudnn_record(self) -> dict[str, Any]:
+        """The cudnn role's record, {} when there is none or it cannot be read."""
+        try:
+            record = json.loads((self.facts_dir / "cudnn.fact").read_text())
+        except (OSError, ValueError):
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    @cached_property
+    def cudnn_place(self) -> CudnnPlace:
+        """Where the declared cuDNN is: the system directories where the cudnn role installed it from
+        NVIDIA's repository, else the CUDA tree."""
+        if self.cudnn_record.get("source") == "nvidia_repo":
+            return CudnnPlace("packages", self.system_include, self.system_lib)
+        return CudnnPlace("tree", self.cuda_home / "include", self.cuda_home / "lib64")
 
     def ldconfig(self) -> str:
         """The loader's cache (`ldconfig -p`), read once."""

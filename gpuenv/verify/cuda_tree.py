@@ -4,7 +4,7 @@ that cuDNN resolves through the loader's cache to the tree's own file."""
 from __future__ import annotations
 
 import os
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from gpuenv import hostparse
@@ -72,63 +72,84 @@ def toolkit(ctx: Context, me: Spec) -> Check:
     )
 
 
+def _cudnn_header(ctx: Context, major: str) -> Path:
+    """cudnn_version.h of the system cuDNN: NVIDIA's packages name theirs cudnn_version_vN.h."""
+    place = ctx.cudnn_place
+    if place.kind == "packages":
+        return place.include / f"cudnn_version_v{major}.h"
+    return place.include / "cudnn_version.h"
+
+
 @CHECKS.add("cuda_tree.cudnn", "system cuDNN")
 def cudnn(ctx: Context, me: Spec) -> Check:
     want = ctx.expect.get("cudnn")
-    header = ctx.cuda_home / "include/cudnn_version.h"
     if want in (None, "none"):
         return me.skipped("the stack declares none")
+    header = _cudnn_header(ctx, str(want).partition(".")[0])
     if not header.exists():
         return me.failed(f"no {header}", expected=want, hint="run the cudnn role")
     found = hostparse.cudnn_header_version(header.read_text())
     want_xyz = ".".join(str(want).split(".")[:3])
     said = f"cuDNN {found}" if found else "no CUDNN_MAJOR, CUDNN_MINOR and CUDNN_PATCHLEVEL"
-    return me.judged(found == want_xyz, f"{header} says {said}", found, want_xyz, "run the cudnn role")
+    return me.judged(
+        found == want_xyz,
+        f"{header} says {said} ({ctx.cudnn_place.describe()})",
+        found,
+        want_xyz,
+        "run the cudnn role",
+    )
 
 
 @CHECKS.add("cuda_tree.cudnn_loader", "cuDNN in the loader's cache")
 def cudnn_loader(ctx: Context, me: Spec) -> Check:
-    """The "Could not load library libcudnn_cnn_infer.so.8" case: a library of the tree's cuDNN
-    missing from the loader's cache, or shadowed there by another copy."""
+    """The "Could not load library libcudnn_cnn_infer.so.8" case: a library of the declared cuDNN
+    missing from the loader's cache, or shadowed there by another copy (a tarball's in a CUDA tree
+    before the packages' in the system directory, or the other way round)."""
     want = ctx.expect.get("cudnn")
     if want in (None, "none"):
         return me.skipped("the stack declares no system cuDNN")
-    lib = ctx.cuda_home / "lib64"
+    place = ctx.cudnn_place
+    lib = place.lib
     major = str(want).partition(".")[0]
     names = list(ctx.expect.get("cudnn_libraries") or sorted(p.name for p in lib.glob(f"libcudnn*.so.{major}")))
     if not names:
         return me.failed(
             f"no cuDNN {major} libraries in {lib}",
             expected=f"libcudnn*.so.{major} in {lib}",
-            hint="run the cudnn role, which installs the declared cuDNN into the CUDA tree",
+            hint="run the cudnn role, which installs the declared cuDNN "
+            + ("from NVIDIA's packages" if place.kind == "packages" else "into the CUDA tree"),
         )
     problems = loader_problems(names, lib, hostparse.parse_ldconfig(ctx.ldconfig()))
     if problems:
         return me.failed(
-            f"{len(problems)} of {len(names)} cuDNN libraries do not load from {lib}",
+            f"{len(problems)} of {len(names)} cuDNN libraries do not load from {lib} ({place.describe()})",
             observed=problems,
             expected=f"each of {', '.join(names)} from {lib}",
-            hint=_LOADER_HINT.format(lib=lib),
+            hint=_LOADER_HINT.format(lib=lib)
+            + ("; gpuenv doctor names the copy that shadows it and why" if place.kind == "packages" else ""),
         )
-    return me.passed(f"the loader finds all {len(names)} cuDNN libraries in {lib}", names)
+    return me.passed(f"the loader finds all {len(names)} cuDNN libraries in {lib} ({place.describe()})", names)
 
 
 @CHECKS.add("cuda_tree.cudnn_readable", "cuDNN readable by every user")
 def cudnn_readable(ctx: Context, me: Spec) -> Check:
     """NVIDIA's `chmod a+r` after copying cuDNN in: a library or header only root can read loads in
-    root's session (where verify runs) and fails in every member's, "Permission denied". The tree is
-    root's, so the members read it by its bits for others."""
+    root's session (where verify runs) and fails in every member's, "Permission denied". The files
+    are root's, so the members read them by their bits for others."""
     want = ctx.expect.get("cudnn")
     if want in (None, "none"):
         return me.skipped("the stack declares no system cuDNN")
-    lib, include = ctx.cuda_home / "lib64", ctx.cuda_home / "include"
-    files = sorted({os.path.realpath(p) for p in [*lib.glob("libcudnn*.so*"), *include.glob("cudnn*.h")] if p.exists()})
+    place = ctx.cudnn_place
+    where = ctx.cuda_home if place.kind == "tree" else f"{place.lib} and {place.include}"
+    files = sorted(
+        {os.path.realpath(p) for p in [*place.lib.glob("libcudnn*.so*"), *place.include.glob("cudnn*.h")] if p.exists()}
+    )
     if not files:
-        return me.skipped(f"no cuDNN files in {ctx.cuda_home} (the system cuDNN check says why)")
+        return me.skipped(f"no cuDNN files in {where} (the system cuDNN check says why)")
     closed = [f"{f} (mode {os.stat(f).st_mode & 0o7777:04o})" for f in files if not os.stat(f).st_mode & 0o004]
     if closed:
         return me.failed(
-            f"{len(closed)} of {len(files)} cuDNN files in {ctx.cuda_home} are not readable by other users",
+            f"{len(closed)} of {len(files)} cuDNN files in {where} are not readable by other users",
             observed=closed,
             expected="every cuDNN header and library readable by all (a+r)",
             hint=(
@@ -136,4 +157,4 @@ def cudnn_readable(ctx: Context, me: Spec) -> Check:
                 "named: members of the environment's group load them as themselves"
             ),
         )
-    return me.passed(f"all {len(files)} cuDNN files in {ctx.cuda_home} are readable by every user", len(files))
+    return me.passed(f"all {len(files)} cuDNN files in {where} are readable by every user", len(files))

@@ -28,9 +28,11 @@ def gpuenv_drift(
     freeze: str | None = None,
     services: dict[str, Any] | None = None,
     converged: dict[str, Any] | None = None,
+    dpkg: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The drift.* checks of one host, in gpuenv verify's check format (services: service_facts'
-    ansible_facts.services; converged: the gpuenv_converged module's check of the host's stamp)."""
+    ansible_facts.services; converged: the gpuenv_converged module's check of the host's stamp;
+    dpkg: gpuenv_host_state's dpkg state of the packages the records name)."""
     return drift.compare(
         dict(resolved or {}),
         dict(facts or {}),
@@ -40,6 +42,7 @@ def gpuenv_drift(
         freeze=freeze,
         services=dict(services or {}),
         converged=converged,
+        dpkg=dict(dpkg or {}),
     )
 
 

@@ -10,6 +10,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuenv_hostparse import madison_from
 
 DOCUMENTATION = r"""
 module: gpuenv_apt_index
@@ -65,6 +66,13 @@ options:
       - The URL of the repository that should offer them (NVIDIA's or a site mirror), to name it
         when the sources lack it.
     type: str
+  only_repository:
+    description:
+      - List only the versions I(repository) offers, not those of other repositories with the same
+        package names (Debian's own nvidia-driver beside NVIDIA's, at a higher version on Debian 13):
+        what a pin then picks comes from that repository. A package it does not offer is missing.
+    type: bool
+    default: false
 """
 
 RETURN = r"""
@@ -236,6 +244,7 @@ def main() -> None:
             "cache_valid_time": {"type": "int", "default": 3600},
             "component": {"type": "str"},
             "repository": {"type": "str"},
+            "only_repository": {"type": "bool", "default": False},
             "lock_timeout": {"type": "int", "default": 120},
             "retries": {"type": "int", "default": 3},
         },
@@ -276,7 +285,7 @@ def main() -> None:
             rc, out, err = module.run_command(["apt-cache", "madison", package])
             if rc != 0:
                 module.fail_json(msg=f"apt-cache madison {package} failed (rc {rc}): {err.strip()}")
-            found[package] = out
+            found[package] = madison_from(out, p["repository"]) if p["only_repository"] and p["repository"] else out
         return found
 
     listed = targets()
