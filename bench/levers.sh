@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two levers of docs/benchmarks.md ("What each change bought"), measured on one provisioned sandbox
+# Two levers of docs/benchmarks.md, measured on one provisioned sandbox
 # host, RUNS times each way, alternating; each run prints its wall time, the controller's CPU
 # (ansible-playbook and everything it waits for: its workers and ssh) and the recap's counts.
 #

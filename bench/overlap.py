@@ -7,7 +7,7 @@ install and DKMS build in the background while the CUDA, cuDNN and environment s
     bench/overlap.py [--quick] [--pairs N]
 
 --quick: the driver's user space only (no DKMS build). Prints each pair and the medians; the
-figures go into docs/benchmarks.md's "What each change bought" by hand. As root, with nothing else
+figures go into docs/benchmarks.md by hand. As root, with nothing else
 on the sandbox (it boots instance 0's hosts, as bench/run does).
 """
 

@@ -147,7 +147,7 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
     out = [
         f"## Provisioning benchmarks ({mode} run of `{cmd}`)",
         "",
-        f"Taken {m['date']} at commit `{m['commit']}` on {m['cpus']} cores ({m['cpu']}), "
+        f"Taken {m['date']} on {m['cpus']} cores ({m['cpu']}), "
         f"{m['memory_gib']} GiB, {m['os']}, kernel {m['kernel']}, no GPU. Command, as root: `{cmd}` "
         f"(the whole run took {results.get('total_wall_s', 0) / 60:.0f} min).",
         "",

@@ -6,7 +6,7 @@ tarball, on this machine:
     bench/unpack.py --rev REV --archive /var/cache/gpuenv/redist/cudnn/cudnn-linux-x86_64-9.1.0.70_cuda12-archive.tar.xz
 
 Each run unpacks into a new temporary directory (its sha256 check included, as on a host) and
-prints its wall time; the figures go into docs/benchmarks.md's "What each change bought" by hand.
+prints its wall time; the figures go into docs/benchmarks.md by hand.
 """
 
 from __future__ import annotations

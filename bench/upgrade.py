@@ -7,7 +7,7 @@ and `pip install` of the same requirements next to the old environment:
 
 The floor runs twice, before gpuenv (the new wheels come from the index through the host's cold pip
 cache) and after it (warm); gpuenv is judged against the second. The old environment must still be
-there after the upgrade. The figures go into docs/benchmarks.md's "What each change bought" by hand.
+there after the upgrade. The figures go into docs/benchmarks.md by hand.
 Needs a provisioned sandbox host (./scripts/demo leaves one up); it changes that host's stack.
 """
 
