@@ -9,8 +9,6 @@ import json
 import re
 from typing import Any
 
-from gpuenv import hostparse
-
 PLATFORM = "linux-x86_64"
 
 
@@ -92,11 +90,6 @@ def tree_id(found: list[dict[str, str]]) -> str:
     for a in sorted(found, key=lambda a: a["component"]):
         h.update(f"{a['component']}={a['sha256']}\n".encode())
     return h.hexdigest()[:12]
-
-
-def ldconfig_libs(text: str, soname: str) -> list[str]:
-    """The paths `ldconfig -p` lists for a soname ("libcudnn.so.9")."""
-    return hostparse.parse_ldconfig(text).get(soname, [])
 
 
 def debian_toolkit_release(debian_version: str) -> str | None:

@@ -90,15 +90,16 @@ def test_cudnn_header_version() -> None:
     assert hostparse.cudnn_header_version("#define CUDNN_MAJOR 9\n") is None
 
 
-def test_ldconfig_libs() -> None:
+def test_the_loader_cache_lists_each_soname_s_paths() -> None:
     text = (
         "3 libs found in cache `/etc/ld.so.cache'\n"
         "\tlibcudnn.so.9 (libc6,x86-64) => /usr/local/cuda-12.4/lib64/libcudnn.so.9\n"
         "\tlibcudnn.so (libc6,x86-64) => /usr/local/cuda-12.4/lib64/libcudnn.so\n"
         "\tlibcudnn_ops.so.9 (libc6,x86-64) => /usr/local/cuda-12.4/lib64/libcudnn_ops.so.9\n"
     )
-    assert redist.ldconfig_libs(text, "libcudnn.so.9") == ["/usr/local/cuda-12.4/lib64/libcudnn.so.9"]
-    assert redist.ldconfig_libs(text, "libcudart.so.12") == []
+    cache = hostparse.parse_ldconfig(text)
+    assert cache["libcudnn.so.9"] == ["/usr/local/cuda-12.4/lib64/libcudnn.so.9"]
+    assert "libcudart.so.12" not in cache
 
 
 @pytest.mark.parametrize(("suite", "release"), [("bookworm", "11.8.0"), ("trixie", "12.4.1")])

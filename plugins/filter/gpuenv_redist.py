@@ -31,14 +31,6 @@ def gpuenv_tool_version(text: str) -> dict[str, str] | None:
     return hostparse.tool_version(str(text))
 
 
-def gpuenv_cudnn_header_version(text: str) -> str | None:
-    return hostparse.cudnn_header_version(str(text))
-
-
-def gpuenv_ldconfig_libs(text: str, soname: str) -> list[str]:
-    return redist.ldconfig_libs(str(text), str(soname))
-
-
 def gpuenv_debian_toolkit_release(debian_version: str) -> str | None:
     return redist.debian_toolkit_release(str(debian_version))
 
@@ -53,8 +45,6 @@ class FilterModule:
             "gpuenv_redist_archives": gpuenv_redist_archives,
             "gpuenv_redist_plain_path": gpuenv_redist_plain_path,
             "gpuenv_tool_version": gpuenv_tool_version,
-            "gpuenv_cudnn_header_version": gpuenv_cudnn_header_version,
-            "gpuenv_ldconfig_libs": gpuenv_ldconfig_libs,
             "gpuenv_debian_toolkit_release": gpuenv_debian_toolkit_release,
             "gpuenv_fetch_failures": gpuenv_fetch_failures,
         }
