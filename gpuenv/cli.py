@@ -21,8 +21,8 @@ from gpuenv.report import format_text
 from gpuenv.rules import check
 from gpuenv.stack import parse_stack
 from gpuenv.suggest import EXIT_INVALID, Request, suggest
-from gpuenv.suggest_inputs import InputError, parse_constraints, parse_gpus
-from gpuenv.suggest_output import as_json, invalid, text
+from gpuenv.suggest.inputs import InputError, parse_constraints, parse_gpus
+from gpuenv.suggest.output import as_json, invalid, text
 
 
 def _check_spec(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 from gpuenv import versions
 from gpuenv.compat import CompatData
 from gpuenv.rules import gpu_cc
-from gpuenv.suggest_inputs import GpuSpec, gpu_spec
+from gpuenv.suggest.inputs import GpuSpec, gpu_spec
 
 GROUP = "gpu_hosts"
 SAVE_COMMAND = (

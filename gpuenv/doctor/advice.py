@@ -11,7 +11,7 @@ from gpuenv import versions
 from gpuenv.compat import CompatData
 from gpuenv.doctor.driver import Gpu
 from gpuenv.suggest import Request, suggest
-from gpuenv.suggest_inputs import GpuSpec, gpu_spec, parse_constraints
+from gpuenv.suggest.inputs import GpuSpec, gpu_spec, parse_constraints
 
 TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 

@@ -12,7 +12,7 @@ from gpuenv.compat import CompatData
 from gpuenv.doctor.advice import Advice
 from gpuenv.doctor.run import Diagnosis
 from gpuenv.report import finding_dict
-from gpuenv.suggest_output import stack_flow, stack_yaml
+from gpuenv.suggest.output import stack_flow, stack_yaml
 from gpuenv.verify.model import counts
 
 SCHEMA = "gpuenv-doctor/1"

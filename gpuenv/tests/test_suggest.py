@@ -22,7 +22,7 @@ from gpuenv.checkspec import check_file, check_mapping
 from gpuenv.compat import load
 from gpuenv.rules import check
 from gpuenv.stack import parse_stack
-from gpuenv.suggest_search import GPU_INHERENT
+from gpuenv.suggest.search import GPU_INHERENT
 
 DATA = load()
 

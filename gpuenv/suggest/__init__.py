@@ -6,7 +6,7 @@ The answer is one stack for all the GPUs, or, when none fits them all, one stack
 constraint goes (the driver above all: newest torch against keeping the driver); keeping a driver
 the hosts already have (the OS's own packages, or what the fleet runs); one stack per GPU group when
 that gives some GPUs a newer torch. Each stack comes with what bound its choices
-(gpuenv.suggest_explain). The result is a JSON-able dict; gpuenv.suggest_output prints it.
+(gpuenv.suggest.explain). The result is a JSON-able dict; gpuenv.suggest.output prints it.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 from gpuenv.compat import CompatData, TorchRelease
 from gpuenv.report import finding_dict
 from gpuenv.rules import Finding
-from gpuenv.suggest_explain import explain, phrase, rank
-from gpuenv.suggest_inputs import Constraints, GpuSpec
-from gpuenv.suggest_search import GPU_INHERENT, Candidate, Search
+from gpuenv.suggest.explain import explain, phrase, rank
+from gpuenv.suggest.inputs import Constraints, GpuSpec
+from gpuenv.suggest.search import GPU_INHERENT, Candidate, Search
 
 EXIT_FOUND = 0
 EXIT_NONE = 1

@@ -19,7 +19,7 @@ from gpuenv import versions
 from gpuenv.compat import CompatData, TorchRelease, TorchVariant
 from gpuenv.rules import Finding, Report, check, covers
 from gpuenv.stack import parse_stack
-from gpuenv.suggest_inputs import Constraints, GpuSpec
+from gpuenv.suggest.inputs import Constraints, GpuSpec
 
 # Warnings that come with the GPUs themselves, whatever the stack: they do not count against one.
 GPU_INHERENT = frozenset({"gpu-unknown-cc", "gpu-jetson", "gpu-declared-vs-detected"})

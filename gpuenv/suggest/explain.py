@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuenv import versions
 from gpuenv.rules import ERROR, Finding
-from gpuenv.suggest_search import DRIVER_RULES, PYTHON_RULES, Candidate, Search
+from gpuenv.suggest.search import DRIVER_RULES, PYTHON_RULES, Candidate, Search
 
 # Per lost value, the finding that explains it best: errors before warnings, and the rules a user
 # cannot choose around (the torch build, Python, torch's runtime) before those of a toolkit or cuDNN
