@@ -152,6 +152,36 @@ def since_last_run(converged: Mapping[str, Any] | None) -> list[Check]:
     ]
 
 
+def _toolkit_checks(want_cuda: str, toolkit: Mapping[str, Any], cuda_link: str | None) -> list[Check]:
+    """drift.cuda_default and drift.cuda_installed: /usr/local/cuda and the record against the
+    declared toolkit."""
+    found: list[Check] = []
+    live = cuda_link or ""
+    live_xy = live.rsplit("cuda-", 1)[1] if "cuda-" in live else ""
+    ok = live_xy == _xy(want_cuda)
+    found.append(
+        _check(
+            "drift.cuda_default",
+            ok,
+            f"/usr/local/cuda points at {live or 'nothing'}" + ("" if ok else f", not CUDA {_xy(want_cuda)}"),
+            live or None,
+            f"/usr/local/cuda-{_xy(want_cuda)}",
+            hint="someone repointed /usr/local/cuda by hand; " + HINT,
+        )
+    )
+    installed = [str(v) for v in toolkit.get("versions") or []]
+    found.append(
+        _check(
+            "drift.cuda_installed",
+            want_cuda in installed,
+            f"CUDA {want_cuda} is installed" if want_cuda in installed else f"CUDA {want_cuda} is not recorded",
+            installed,
+            want_cuda,
+        )
+    )
+    return found
+
+
 def compare(
     resolved: dict[str, Any],
     facts: dict[str, Any],
@@ -196,29 +226,11 @@ def compare(
 
     toolkit = facts.get("cuda_toolkit") or {}
     want_cuda = str(resolved.get("cuda", ""))
-    live = cuda_link or ""
-    live_xy = live.rsplit("cuda-", 1)[1] if "cuda-" in live else ""
-    ok = live_xy == _xy(want_cuda)
-    checks.append(
-        _check(
-            "drift.cuda_default",
-            ok,
-            f"/usr/local/cuda points at {live or 'nothing'}" + ("" if ok else f", not CUDA {_xy(want_cuda)}"),
-            live or None,
-            f"/usr/local/cuda-{_xy(want_cuda)}",
-            hint="someone repointed /usr/local/cuda by hand; " + HINT,
-        )
-    )
-    installed = [str(v) for v in toolkit.get("versions") or []]
-    checks.append(
-        _check(
-            "drift.cuda_installed",
-            want_cuda in installed,
-            f"CUDA {want_cuda} is installed" if want_cuda in installed else f"CUDA {want_cuda} is not recorded",
-            installed,
-            want_cuda,
-        )
-    )
+    if want_cuda == "none":
+        why = "the stack declares no CUDA toolkit (torch's wheels bring their own CUDA runtime)"
+        checks += [Check("drift.cuda_default", "skip", why), Check("drift.cuda_installed", "skip", why)]
+    else:
+        checks += _toolkit_checks(want_cuda, toolkit, cuda_link)
 
     cudnn = facts.get("cudnn") or {}
     want_cudnn = str(resolved.get("cudnn", ""))

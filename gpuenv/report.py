@@ -61,7 +61,7 @@ def describe_stack(resolved: dict[str, Any]) -> str:
     torch = resolved["torch"] + (f"+{resolved['torch_variant']}" if resolved.get("torch_variant") else "")
     parts = [
         f"driver {resolved['driver']}",
-        f"CUDA {resolved['cuda']}",
+        "no CUDA toolkit" if resolved["cuda"] == "none" else f"CUDA {resolved['cuda']}",
         f"cuDNN {resolved['cudnn']}",
         f"Python {resolved['python']}",
         f"torch {torch}",

@@ -62,7 +62,14 @@ FIELDS: dict[str, Field] = {
             "550",
             'a driver branch ("550") or an exact version ("550.163.01")',
         ),
-        Field("cuda", True, r"[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,4})?", "12.4.1", "the CUDA toolkit release (X.Y.Z)"),
+        Field(
+            "cuda",
+            True,
+            r"none|[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,4})?",
+            "12.4.1",
+            "the CUDA toolkit release (X.Y.Z), or none: no system toolkit (torch's wheels bring their own "
+            "CUDA runtime and cuDNN)",
+        ),
         Field(
             "cudnn",
             True,
@@ -310,7 +317,7 @@ def _as_text(key: str, value: Any, problems: list[str]) -> str | None:  # noqa: 
     """One scalar value as a string, with the classic YAML traps turned into clear errors."""
     spec = FIELDS[key]
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
-        hint = " (write none as the word none)" if key == "cudnn" and value is None else ""
+        hint = " (write none as the word none)" if key in ("cudnn", "cuda") and value is None else ""
         problems.append(f'gpu_stack.{key}: expected a string such as "{spec.example}", got {_kind(value)}{hint}.')
         return None
     if isinstance(value, _NumberText):

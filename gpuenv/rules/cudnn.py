@@ -11,6 +11,17 @@ class CudnnRules(CheckerBase):
     # --- cuDNN -------------------------------------------------------------------------------
     def check_cudnn(self) -> None:
         declared = self.stack.cudnn
+        if declared != "none" and self.stack.cuda == "none":
+            self.add(
+                "cudnn-without-toolkit",
+                ERROR,
+                f"cuDNN {declared} is declared with cuda: none",
+                "the system cuDNN goes into a CUDA toolkit's tree (or beside NVIDIA's toolkit packages); "
+                "with no toolkit, torch's wheels bring their own cuDNN",
+                "set cudnn: none (torch's own cuDNN), or declare the CUDA toolkit to install it into",
+                "pypi_cudnn",
+            )
+            return
         if declared == "none" or self.toolkit is None:
             return
         major = str(versions.major(self.toolkit))

@@ -43,6 +43,8 @@ def driver_against(  # noqa: PLR0917 - the finding's parts, in the order it read
 class ToolchainRules(CheckerBase):
     # --- CUDA toolkit and torch --------------------------------------------------------------
     def check_toolkit(self) -> None:
+        if self.stack.cuda == "none":  # no system toolkit: torch's own CUDA runtime is all there is
+            return
         self.toolkit = self.data.resolve_toolkit(self.stack.cuda)
         if self.toolkit is None:
             known = self.data.known_toolkits()
@@ -91,7 +93,10 @@ class ToolchainRules(CheckerBase):
                     *series.sources,
                 )
             return
-        derived = versions.variant_from_cuda(self.toolkit or stack.cuda)
+        # Without a toolkit, the build `pip install torch` brings: PyPI's default wheel.
+        derived = (
+            series.pypi_default if stack.cuda == "none" else versions.variant_from_cuda(self.toolkit or stack.cuda)
+        )
         self.variant = series.variants.get(derived)
         if self.variant is not None:
             self.variant_derived = True
