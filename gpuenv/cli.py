@@ -107,6 +107,7 @@ def _suggest(args: argparse.Namespace) -> int:
             cuda=args.cuda,
             backend=args.backend,
             system_cudnn=not args.no_system_cudnn,
+            toolkit=not args.no_toolkit,
         )
     except InputError as exc:
         problems += exc.problems
@@ -209,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     sug.add_argument("--cuda", help="the CUDA toolkit (12.4 for its newest update, or 12.4.1)")
     sug.add_argument("--backend", choices=["venv", "conda"], default="venv", help="the environment's backend")
     sug.add_argument("--no-system-cudnn", action="store_true", help="no cuDNN in the CUDA tree (torch brings its own)")
+    sug.add_argument(
+        "--no-toolkit",
+        action="store_true",
+        help="no system CUDA toolkit (cuda: none): the driver and torch's wheels, for hosts where nobody builds "
+        "CUDA extensions",
+    )
     sug.add_argument("--json", action="store_true", help="print a machine-readable result")
     sug.set_defaults(func=_suggest)
 

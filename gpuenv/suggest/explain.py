@@ -120,6 +120,8 @@ def _variant(search: Search, cand: Candidate) -> list[Bound]:
 
 def _toolkit(search: Search, cand: Candidate) -> list[Bound]:
     toolkit, variant = cand.stack["cuda"], cand.variant
+    if not search.c.toolkit:
+        return [Bound("cuda", toolkit, f"--no-toolkit: torch's wheels bring their own CUDA {variant.cuda} runtime")]
     if search.c.cuda:
         newest = " (its newest update in the data)" if search.c.cuda != toolkit else ""
         return [Bound("cuda", toolkit, f"{search.c.flags()['cuda']}{newest}", None, ["nv_rn_table3"])]
@@ -174,9 +176,10 @@ def _driver(search: Search, cand: Candidate) -> list[Bound]:
 
 def _cudnn(search: Search, cand: Candidate) -> list[Bound]:
     data, chosen, variant = search.data, cand.stack["cudnn"], cand.variant
-    major = str(versions.major(cand.stack["cuda"]))
     if not search.c.system_cudnn:
-        return [Bound("cudnn", chosen, f"--no-system-cudnn: torch's wheels bring their own cuDNN {variant.cudnn}")]
+        flag = "--no-system-cudnn" if search.c.toolkit else "--no-toolkit"
+        return [Bound("cudnn", chosen, f"{flag}: torch's wheels bring their own cuDNN {variant.cudnn}")]
+    major = str(versions.major(cand.stack["cuda"]))
     support = data.cudnn_support(chosen, major) if chosen != "none" else None
     matrix = f"; NVIDIA lists CUDA {support['cuda'][0]} to {support['cuda'][1]} for it" if support else ""
     sources = ["pypi_cudnn", *([support["source"]] if support else [])]

@@ -72,6 +72,8 @@ class Constraints:
     cuda: str | None = None  # X.Y (its newest update) or X.Y.Z
     backend: str = "venv"
     system_cudnn: bool = True
+    # --no-toolkit: no system CUDA toolkit (cuda: none), only torch's own CUDA runtime and cuDNN.
+    toolkit: bool = True
 
     def flags(self) -> dict[str, str]:
         """Each constraint as it is written on the command line, by the field it sets."""
@@ -90,8 +92,10 @@ class Constraints:
             out["cuda"] = f"--cuda {self.cuda}"
         if self.backend != "venv":
             out["backend"] = f"--backend {self.backend}"
-        if not self.system_cudnn:
+        if not self.system_cudnn and self.toolkit:  # --no-toolkit implies it
             out["system_cudnn"] = "--no-system-cudnn"
+        if not self.toolkit:
+            out["toolkit"] = "--no-toolkit"
         return out
 
 
@@ -170,6 +174,7 @@ def parse_constraints(
     cuda: str | None = None,
     backend: str = "venv",
     system_cudnn: bool = True,
+    toolkit: bool = True,
 ) -> Constraints:
     """The constraints, or InputError naming every malformed or unknown one."""
     problems = []
@@ -205,6 +210,8 @@ def parse_constraints(
             )
     if backend not in BACKENDS:
         problems.append(f"--backend {backend!r}: use venv or conda")
+    if not toolkit and cuda is not None:
+        problems.append(f"--no-toolkit and --cuda {cuda} contradict each other: give one of them")
     if problems:
         raise InputError(problems)
     return Constraints(
@@ -215,5 +222,6 @@ def parse_constraints(
         python=python,
         cuda=cuda,
         backend=backend,
-        system_cudnn=system_cudnn,
+        system_cudnn=system_cudnn and toolkit,
+        toolkit=toolkit,
     )

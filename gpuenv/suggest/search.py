@@ -130,6 +130,8 @@ class Search:
         """--cuda's toolkit; else torch's own CUDA X.Y first (extensions build against the CUDA torch was
         built with, and it needs the lowest driver), then the older toolkits of the same major (for a
         driver that cannot go higher), newest update first."""
+        if not self.c.toolkit:
+            return ["none"]
         known = self.data.known_toolkits()
         if self.c.cuda:
             if self.c.cuda in self.data.toolkit_driver:
@@ -156,11 +158,11 @@ class Search:
     def driver_floor(self, toolkit: str, variant: TorchVariant) -> int:
         """The lowest branch that fully supports the toolkit and torch's CUDA (what driver-cuda and
         driver-torch-cuda compare with); what the explanation names as the lower bound."""
-        need = [versions.parse(self.data.toolkit_driver[toolkit])]
+        need = [versions.parse(self.data.toolkit_driver[toolkit])] if toolkit != "none" else []
         runtime = self.data.toolkit_minimum_driver(variant.cuda)
         if runtime:
             need.append(versions.parse(runtime))
-        return max(need)[0]
+        return max(need)[0] if need else min(self.branches)
 
     def cudnns(self, toolkit: str, variant: TorchVariant) -> list[str]:
         """The cuDNN torch's wheels ship (torch, and extensions built against the system copy, then load

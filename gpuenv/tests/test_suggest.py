@@ -398,3 +398,27 @@ def test_the_documented_example_is_what_suggest_prints(capsys: pytest.CaptureFix
     printed = out.splitlines()
     assert shown[:-1] == printed[:-1]
     assert shown[-1].split(" in ")[0] == printed[-1].split(" in ")[0]  # "# 219 stacks checked"
+
+
+def test_no_toolkit_proposes_the_driver_and_torch_s_wheels_alone(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--no-toolkit: no system CUDA toolkit and no system cuDNN (cuda: none), the driver judged against
+    torch's CUDA runtime alone; the file is one check-spec accepts."""
+    args = ("--gpu", "RTX 3060", "--gpu", "V100", "--driver", "535", "--no-toolkit")
+    code, out, _ = suggest(capsys, *args)
+    assert code == 0
+    assert "#   constraints: --driver 535 --no-toolkit" in out
+    accepted_by_check_spec(tmp_path, out)
+    result = suggest_json(capsys, *args)
+    stack = stack_of(result)
+    assert (stack["cuda"], stack["cudnn"], stack["driver"]) == ("none", "none", "535")
+    assert (stack["torch"], stack["torch_variant"]) == ("2.7.1", "cu118")  # as with a toolkit: torch's runtime binds
+    assert bound(result, "cuda", None)["reason"].startswith("--no-toolkit: torch's wheels bring their own CUDA 11.8")
+    every_alternative_accepted(result)
+
+
+def test_no_toolkit_with_a_toolkit_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = suggest(capsys, "--gpu", "RTX 3060", "--no-toolkit", "--cuda", "12.4")
+    assert code == 2
+    assert "--no-toolkit and --cuda 12.4 contradict each other" in err
