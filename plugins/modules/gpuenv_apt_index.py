@@ -69,8 +69,8 @@ options:
   only_repository:
     description:
       - List only the versions I(repository) offers, not those of other repositories with the same
-        package names (Debian's own nvidia-driver beside NVIDIA's, at a higher version on Debian 13):
-        what a pin then picks comes from that repository. A package it does not offer is missing.
+        package names (Debian's own nvidia-driver beside NVIDIA's, at a higher version on Debian 13),
+        so that what a pin picks comes from that repository. A package it does not offer is missing.
     type: bool
     default: false
 """
