@@ -19,6 +19,7 @@ Built again only when its inputs (the mirror's manifests, this file) change.
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import hashlib
 import json
@@ -606,13 +607,17 @@ def build(site: Path, key_home: Path, debian_roots: dict[str, Path], downloads: 
         work, built = Path(tmp) / "work", Path(tmp) / "debs"
         work.mkdir()
         built.mkdir()
-        debs: list[Deb] = config_debs(releases)
-        for rel, manifest in releases.items():
-            debs += toolkit_debs(rel, manifest, cuda_redist, work)
-        for m in sorted(cudnn_redist.glob("redistrib_*.json")):
-            debs += cudnn_debs(json.loads(m.read_text()), cudnn_redist, work)
-        log(f"building {len(debs)} packages of the sandbox CUDA repository")
-        files = [build_deb(deb, built) for deb in debs]
+        # Each release's archives are unpacked (xz) and each package compressed (dpkg-deb) in a
+        # process of its own: one per core at a time.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            staged = [pool.submit(toolkit_debs, rel, manifest, cuda_redist, work) for rel, manifest in releases.items()]
+            staged += [
+                pool.submit(cudnn_debs, json.loads(m.read_text()), cudnn_redist, work)
+                for m in sorted(cudnn_redist.glob("redistrib_*.json"))
+            ]
+            debs: list[Deb] = config_debs(releases) + [deb for job in staged for deb in job.result()]
+            log(f"building {len(debs)} packages of the sandbox CUDA repository")
+            files = list(pool.map(lambda deb: build_deb(deb, built), debs))
         for distro, repo in repos.items():
             shutil.rmtree(repo, ignore_errors=True)
             repo.mkdir(parents=True)
