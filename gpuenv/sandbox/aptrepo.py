@@ -315,33 +315,23 @@ def driver_meta_debs(version: str, present: set[str]) -> list[Deb]:
     branch = version.split(".", maxsplit=1)[0]
     # As NVIDIA's: a lower bound on the branch's packages (cuda-drivers-580: nvidia-driver (>= ...)).
     userspace = [f"{n} (>= {version})" for n in ("nvidia-driver", "libcuda1", "nvidia-smi") if n in present]
-    debs = [
-        Deb(
-            f"cuda-drivers-{branch}",
-            version,
-            depends=[*userspace, f"nvidia-kernel-dkms (>= {version})"],
-            description=f"CUDA Driver meta-package, branch-specific\n The {branch} driver, proprietary modules.",
-        ),
-        Deb(
-            "cuda-drivers",
-            version,
-            depends=[f"cuda-drivers-{branch} (= {version})"],
-            description="CUDA Driver meta-package, branch-agnostic\n The newest driver branch.",
-        ),
-    ]
+    flavors = [("cuda-drivers", "nvidia-kernel-dkms", "CUDA Driver meta-package", "proprietary modules")]
     if "nvidia-kernel-open-dkms" in present:
+        flavors.append(("nvidia-open", "nvidia-kernel-open-dkms", "NVIDIA driver metapackage", "open modules"))
+    debs = []
+    for meta, modules, title, which in flavors:
         debs += [
             Deb(
-                f"nvidia-open-{branch}",
+                f"{meta}-{branch}",
                 version,
-                depends=[*userspace, f"nvidia-kernel-open-dkms (>= {version})"],
-                description=f"NVIDIA driver metapackage, open modules\n The {branch} driver with its open modules.",
+                depends=[*userspace, f"{modules} (>= {version})"],
+                description=f"{title}, branch-specific\n The {branch} driver, {which}.",
             ),
             Deb(
-                "nvidia-open",
+                meta,
                 version,
-                depends=[f"nvidia-open-{branch} (= {version})"],
-                description="NVIDIA driver metapackage, open modules\n The newest driver branch, open modules.",
+                depends=[f"{meta}-{branch} (= {version})"],
+                description=f"{title}, branch-agnostic\n The newest driver branch, {which}.",
             ),
         ]
     return debs
