@@ -225,7 +225,7 @@ def package_upstream(version: str) -> str:
     return version.split(":", 1)[-1].split("-", 1)[0]
 
 
-def _package_key(version: str) -> tuple[tuple[int, ...], str]:
+def package_key(version: str) -> tuple[tuple[int, ...], str]:
     """Sort key: the upstream version numerically (a non-numeric one first), then the whole string."""
     parts = package_upstream(version).split(".")
     numeric = tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
@@ -242,7 +242,7 @@ def parse_madison(text: str) -> list[str]:
         version = parts[1] if len(parts) >= 3 else parts[0] if len(parts) == 1 and parts[0][:1].isdigit() else ""
         if version and version not in found:
             found.append(version)
-    return sorted(found, key=_package_key, reverse=True)
+    return sorted(found, key=package_key, reverse=True)
 
 
 def madison_from(text: str, repository: str) -> str:
@@ -266,7 +266,7 @@ def pick_version(available: list[str], pin: str) -> str | None:
         matching = [v for v in available if package_upstream(v) == pin]
     else:
         matching = [v for v in available if package_upstream(v).split(".")[0] == pin]
-    return max(matching, key=_package_key) if matching else None
+    return max(matching, key=package_key) if matching else None
 
 
 def pin_choice(madison: str, pin: str) -> dict[str, object]:

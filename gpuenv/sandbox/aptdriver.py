@@ -19,7 +19,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuenv.hostparse import parse_deb822
+from gpuenv.hostparse import package_key, parse_deb822
 from gpuenv.sandbox import channel
 from gpuenv.sandbox.util import SandboxError
 
@@ -90,12 +90,6 @@ def _names(relation_field: str) -> list[str]:
     return names
 
 
-def _source_version(package: Package) -> str:
-    """The version of the source package a binary was built from ("Source: x (v)" or its own)."""
-    match = re.search(r"\(([^)]+)\)", package.fields.get("Source", ""))
-    return match.group(1) if match else package.version
-
-
 def driver_closure(index: dict[str, list[Package]]) -> tuple[str, list[Package]]:
     """The driver's Debian version (the newest nvidia-driver the index offers) and the install
     closure of DRIVER_ROOTS at that version. A root Debian builds at another version (bookworm's
@@ -103,7 +97,7 @@ def driver_closure(index: dict[str, list[Package]]) -> tuple[str, list[Package]]
     offered = index.get("nvidia-driver", [])
     if not offered:
         raise SandboxError("Debian's index offers no nvidia-driver: the root's sources lack non-free")
-    version = max(offered, key=lambda p: _debian_sort_key(p.version)).version
+    version = max(offered, key=lambda p: package_key(p.version)).version
     at_version = [p for offered in index.values() for p in offered if p.version == version]
     # A virtual name (nvidia-kernel-support--v1) reaches the packages that provide it.
     providers: dict[str, list[Package]] = {}
@@ -124,12 +118,6 @@ def driver_closure(index: dict[str, list[Package]]) -> tuple[str, list[Package]]
                 for field in ("Depends", "Pre-Depends", "Recommends"):
                     todo += _names(package.fields.get(field, ""))
     return version, [chosen[n] for n in sorted(chosen)]
-
-
-def _debian_sort_key(version: str) -> list[int]:
-    """Enough of dpkg's order for the driver's versions (535.309.01-0+deb12u1 and 550.163.01-2):
-    the upstream version's numbers."""
-    return [int(n) for n in re.findall(r"\d+", version.split("-", maxsplit=1)[0])]
 
 
 def nvidia_version(debian_version: str) -> str:
