@@ -64,6 +64,7 @@ def plan(
     requirements = [f"torch=={torch}{local}"]
     if companions == "auto":  # each of torchvision / torchaudio that has a release for this torch
         companions = [name for name in ("torchvision", "torchaudio") if table.get(name)]
+    pinned: dict[str, str] = {}
     for name in companions:
         if name not in ("torchvision", "torchaudio"):
             raise EnvPlanError(f"companion {name!r} is not torchvision or torchaudio")
@@ -74,8 +75,10 @@ def plan(
                 f"drop it from pytorch_env_companions or pin one in pytorch_env_packages"
             )
         requirements.append(f"{name}=={version}{local}")
+        pinned[name] = version
     if conda is not None and conda["style"] != "wheels":
         requirements = []  # torch and its companions are conda packages
+        pinned = dict(_companion_specs(conda["specs"]))
     requirements += sorted(packages)
     index = None if from_pypi else index_template.replace("{variant}", variant)
     spec: dict[str, Any] = {
@@ -89,7 +92,25 @@ def plan(
         spec["conda"] = {k: conda[k] for k in ("style", "channels", "specs")}
         if requirements and "pip" not in spec["conda"]["specs"]:
             spec["conda"]["specs"] = [*spec["conda"]["specs"], "pip"]  # pip installs the rest
-    return {**spec, "from_pypi": from_pypi, "id": env_id(spec), "notes": conda["notes"] if conda else []}
+    # The companions and their versions are what verify's torch.companions expects (not part of the
+    # id: the requirements and specs above already name them).
+    return {
+        **spec,
+        "from_pypi": from_pypi,
+        "id": env_id(spec),
+        "companions": pinned,
+        "notes": conda["notes"] if conda else [],
+    }
+
+
+def _companion_specs(specs: list[str]) -> list[tuple[str, str]]:
+    """("torchvision", "0.20.1") for each `torchvision ==0.20.1` among conda specs."""
+    out = []
+    for spec in specs:
+        name, _, version = spec.partition(" ==")
+        if name in ("torchvision", "torchaudio") and version:
+            out.append((name, version))
+    return out
 
 
 def env_id(spec: dict[str, Any]) -> str:

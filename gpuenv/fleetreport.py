@@ -37,6 +37,7 @@ _VERSIONS = [
     ("torch version", "torch.build", "torch"),
     ("torch's CUDA", "torch.build", "cuda"),
     ("environment", "torch.build", "env"),
+    ("companions", "torch.companions", "packages"),
     ("torch's cuDNN", "cudnn.version", None),
     ("toolkit", "cuda_tree.toolkit", None),
     ("system cuDNN", "cuda_tree.cudnn", None),

@@ -106,3 +106,15 @@ def test_a_conda_environment_takes_torch_from_the_channel_and_pip_only_for_the_r
 def test_a_conda_style_that_cannot_serve_the_stack_is_an_error_naming_what_would() -> None:
     with pytest.raises(envplan.EnvPlanError, match=r"last release there is 2\.5\.1"):
         _plan(backend="conda", conda_style="pytorch", companions=[])
+
+
+def test_the_plan_names_each_companion_with_its_version_for_verify() -> None:
+    assert _plan(companions="auto")["companions"] == {"torchvision": "0.28.0"}
+    assert _plan(companions=[])["companions"] == {}
+    conda = _plan(torch="2.5.1", variant="cu124", backend="conda", conda_style="conda-forge", companions="auto")
+    assert conda["companions"] == {"torchvision": "0.20.1", "torchaudio": "2.5.1"}
+    assert "torchvision ==0.20.1" in conda["conda"]["specs"]
+    # The companions are not part of the id: the requirements and specs already name them.
+    assert conda["id"] == envplan.env_id(
+        {k: conda[k] for k in ("backend", "python", "requirements", "torch_index", "pypi", "conda")}
+    )

@@ -210,8 +210,17 @@ class Context:
     @cached_property
     def cudnn_record(self) -> dict[str, Any]:
         """The cudnn role's record, {} when there is none or it cannot be read."""
+        return self.record("cudnn")
+
+    @cached_property
+    def env_record(self) -> dict[str, Any]:
+        """The pytorch_env role's record (the environment's companions), {} without one."""
+        return self.record("pytorch_env")
+
+    def record(self, role: str) -> dict[str, Any]:
+        """A role's record in facts_dir, {} when there is none or it cannot be read."""
         try:
-            record = json.loads((self.facts_dir / "cudnn.fact").read_text())
+            record = json.loads((self.facts_dir / f"{role}.fact").read_text())
         except (OSError, ValueError):
             return {}
         return record if isinstance(record, dict) else {}

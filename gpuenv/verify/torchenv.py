@@ -3,9 +3,11 @@ the cuDNN its build ships, from its own environment."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from gpuenv import archcompat, hostparse
 from gpuenv.verify.base import Checks, Context, Spec
@@ -61,6 +63,89 @@ def build(ctx: Context, me: Spec) -> Check:
         expected=expected,
         hint="rebuild the environment (pytorch_env) or activate the one gpuenv built",
     )
+
+
+# What an environment's users import beside torch, in the order the report names them.
+COMPANIONS = ("torchvision", "torchaudio", "numpy")
+
+
+@CHECKS.add("torch.companions", "torchvision, torchaudio and numpy")
+def companions(ctx: Context, me: Spec) -> Check:
+    """The companions the environment was built with import at their declared versions, and do work
+    on the CPU device with this torch: numpy through torch's bridge (a torch without numpy support
+    only warns at import), a torchvision transform and operator (its C++ extension), a torchaudio
+    resample, and a convolution."""
+    declared = ctx.env_record.get("companions") or {}
+    declared = {str(k): str(v) for k, v in declared.items()} if isinstance(declared, dict) else {}
+    found: dict[str, str] = {}
+    modules: dict[str, Any] = {}
+    problems: list[str] = []
+    for name in COMPANIONS:
+        try:
+            modules[name] = importlib.import_module(name)
+        except ImportError as exc:
+            if name in declared:
+                problems.append(f"{name} does not import ({exc})")
+            continue
+        except Exception as exc:  # a broken install raises anything at import
+            problems.append(f"{name} fails at import ({type(exc).__name__}: {exc})")
+            continue
+        found[name] = str(getattr(modules[name], "__version__", "?"))
+    for name, want in declared.items():
+        if name in found and found[name].split("+")[0] != want:
+            problems.append(f"{name} {found[name]} where the environment declares {want}")
+    if not found and not declared:
+        return me.skipped("the environment has none of torchvision, torchaudio or numpy", {})
+    if not problems:
+        problems = _exercise(ctx.torch, modules)
+    observed = {"packages": ", ".join(f"{n} {v}" for n, v in found.items())}
+    expected = {"packages": ", ".join(f"{n} {v}" for n, v in declared.items())} if declared else None
+    if problems:
+        return me.failed(
+            "; ".join(problems),
+            observed=observed,
+            expected=expected,
+            hint="rebuild the environment: ansible-playbook playbooks/site.yml --limit <host> (stage pytorch_env)",
+        )
+    return me.passed(f"{observed['packages']} import and run on the CPU", observed, expected)
+
+
+def _exercise(torch: Any, modules: dict[str, Any]) -> list[str]:
+    """Each present companion's smallest real use on the CPU device; what failed, by name."""
+    problems = []
+    cpu = torch.device("cpu")
+    image = torch.rand(1, 3, 16, 16, device=cpu)
+    try:
+        out = torch.nn.functional.conv2d(image, torch.ones(2, 3, 3, 3, device=cpu))
+        if tuple(out.shape) != (1, 2, 14, 14):
+            problems.append(f"a 3x3 convolution gave shape {tuple(out.shape)}, not (1, 2, 14, 14)")
+    except Exception as exc:
+        problems.append(f"a convolution on the CPU failed ({type(exc).__name__}: {exc})")
+    if "numpy" in modules:
+        try:
+            total = float(torch.from_numpy(modules["numpy"].arange(6, dtype="float32")).sum())
+            if total != 15.0:
+                problems.append(f"numpy through torch summed 0..5 to {total}")
+        except Exception as exc:
+            problems.append(f"torch cannot use numpy ({type(exc).__name__}: {exc})")
+    if "torchvision" in modules:
+        tv = modules["torchvision"]
+        try:
+            resized = tv.transforms.functional.resize(image[0], [8, 8], antialias=True)
+            boxes = torch.tensor([[0.0, 0.0, 4.0, 4.0], [0.0, 0.0, 4.0, 4.1], [8.0, 8.0, 9.0, 9.0]])
+            kept = tv.ops.nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5).tolist()
+            if tuple(resized.shape) != (3, 8, 8) or kept != [0, 2]:
+                problems.append(f"torchvision's resize gave {tuple(resized.shape)} and nms kept {kept}")
+        except Exception as exc:
+            problems.append(f"torchvision's transform or nms failed ({type(exc).__name__}: {exc})")
+    if "torchaudio" in modules:
+        try:
+            wave = modules["torchaudio"].functional.resample(torch.rand(1, 1600), 16000, 8000)
+            if tuple(wave.shape) != (1, 800):
+                problems.append(f"torchaudio resampled 1600 samples to {tuple(wave.shape)}, not (1, 800)")
+        except Exception as exc:
+            problems.append(f"torchaudio's resample failed ({type(exc).__name__}: {exc})")
+    return problems
 
 
 @CHECKS.add("torch.cuda_available", "torch sees CUDA")
