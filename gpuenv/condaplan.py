@@ -181,3 +181,18 @@ def read_conda_command(command: str) -> dict[str, Any]:
         "channels": channels,
         "style": "pytorch" if "pytorch" in channels else "conda-forge",
     }
+
+
+def channel_urls(channels: list[str], named: dict[str, str]) -> dict[str, list[str]]:
+    """{urls, unknown}: each channel's URL, from `named` (pytorch_env_conda_channel_urls) for a
+    channel given by name, itself for one given as a URL (an environment file's); the names
+    `named` lacks, which the role refuses."""
+    urls, unknown = [], []
+    for channel in channels:
+        if re.match(r"^[a-z][a-z0-9+.-]*://", channel):
+            urls.append(channel)
+        elif channel in named:
+            urls.append(named[channel])
+        else:
+            unknown.append(channel)
+    return {"urls": urls, "unknown": unknown}

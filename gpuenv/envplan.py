@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from gpuenv import compat, condaplan
+from gpuenv import compat, condaplan, envfile
 
 _PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 
@@ -29,6 +29,7 @@ def plan(
     pypi_url: str,
     backend: str,
     conda_style: str = "auto",
+    environment: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The requirement set of an environment and where torch comes from.
 
@@ -36,8 +37,23 @@ def plan(
     local version there), else from PyTorch's index for the variant (`index_template` with
     "{variant}"), where every wheel carries "+<variant>". For the conda backend, `conda` holds the
     conda specs and channels (gpuenv.condaplan); pip then installs only what no conda spec covers:
-    the stack's pip packages, and torch itself where the style is "wheels"."""
+    the stack's pip packages, and torch itself where the style is "wheels".
+
+    `environment` is a team's environment.yml (parsed): its channels, conda dependencies and pip
+    section join the plan, its pytorch and python judged against the stack's (gpuenv.envfile)."""
     data = compat.load()
+    declared = None
+    if environment is not None:
+        if backend != "conda":
+            raise EnvPlanError(
+                "pytorch_env_environment_file declares a conda environment; set pytorch_env_backend: conda "
+                "(or declare a venv's packages in pytorch_env_packages)"
+            )
+        try:
+            declared = envfile.read(environment, torch=torch, python=python)
+        except envfile.EnvFileError as exc:
+            raise EnvPlanError(str(exc)) from None
+        packages = [*packages, *declared["pip"]]
     series = data.torch_series(torch)
     if series is None or torch not in series.releases:
         raise EnvPlanError(f"torch {torch} is not in the compatibility data; known: {', '.join(data.torch_releases())}")
@@ -54,6 +70,8 @@ def plan(
             )  # fmt: skip
         except condaplan.CondaPlanError as exc:
             raise EnvPlanError(str(exc)) from None
+        if declared is not None:
+            conda = {**conda, **_with_file(conda, declared)}
         packages = [p for p in packages if not p.startswith("conda:")]
     bad = [p for p in packages if not _PIN.match(p)]
     if bad:
@@ -101,6 +119,28 @@ def plan(
         "companions": pinned,
         "notes": conda["notes"] if conda else [],
     }
+
+
+def _spec_name(spec: str) -> str:
+    return re.split(r"[\s=<>!~]", spec.rsplit("::", maxsplit=1)[-1], maxsplit=1)[0].lower()
+
+
+def _with_file(conda: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
+    """The plan's specs and channels with an environment.yml's: a dependency the plan also names
+    takes the file's spec where the file gives a version (a bare name keeps the plan's pin); the
+    file's channels, where it names any, come first."""
+    specs = list(conda["specs"])
+    names = [_spec_name(s) for s in specs]
+    for spec in declared["specs"]:
+        name = _spec_name(spec)
+        if name in names:
+            if name != spec.rsplit("::", maxsplit=1)[-1].strip().lower():  # it carries a version or build
+                specs[names.index(name)] = spec
+        else:
+            specs.append(spec)
+            names.append(name)
+    channels = list(dict.fromkeys([*declared["channels"], *conda["channels"]]))
+    return {"specs": specs, "channels": channels}
 
 
 def _companion_specs(specs: list[str]) -> list[tuple[str, str]]:

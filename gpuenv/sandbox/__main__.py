@@ -190,8 +190,11 @@ def _channel(action: str) -> int:
             took = f"built in {o.seconds:.0f} s" if o.built else "cached"
             print(f"{o.recipe.subdir}/{o.recipe.filename()}  {took}")
         print(f"channel: {where}\nserved to the sandbox as {channel.channel_url()} (scripts/sandbox up)")
+        print(f"PyTorch's channel's layout: {where.parent / 'conda-pytorch'} ({channel.channel_url()}-pytorch)")
     elif action == "verify":
-        problems = channel.verify(where)
+        # The main channel always; PyTorch's channel's layout where it was built.
+        pytorch = where.parent / "conda-pytorch"
+        problems = channel.verify(where) + (channel.verify(pytorch) if pytorch.exists() else [])
         print("\n".join(problems) if problems else f"{where}: every package matches repodata.json")
         return 1 if problems else 0
     else:

@@ -149,9 +149,11 @@ def plan(data: dict[str, Any], sources: Path) -> list[Recipe]:
         fetch(entry["source"], sources)
         planned += [recipes.cpython_recipe(minor, entry), recipes.python_abi_recipe(minor)]
     planned += [recipes.cuda_version_recipe(str(c)) for c in data.get("cuda_versions", [])]
+    planned += [recipes.listed_metapackage_recipe(e) for e in data.get("metapackages", [])]
+    by_file = {e["file"]: e for e in data.get("wheels", [])}
     for entry in data.get("wheels", []):
         info = pypi2conda.read_wheel(fetch(entry, sources))
-        planned.append(recipes.wheel_recipe(entry, info, pythons, names))
+        planned.append(recipes.wheel_recipe(_bundled(entry, by_file, sources), info, pythons, names))
     idents = [r.ident for r in planned]
     doubles = sorted({i for i in idents if idents.count(i) > 1})
     if doubles:
@@ -166,6 +168,18 @@ def plan(data: dict[str, Any], sources: Path) -> list[Recipe]:
                     "wheel to gpuenv/data/channel.yaml (or map its PyPI name under pypi_names)"
                 )
     return planned
+
+
+def _bundled(entry: dict[str, Any], by_file: dict[str, dict[str, Any]], sources: Path) -> dict[str, Any]:
+    """The entry with each wheel it bundles (by file name) as that wheel's entry, fetched."""
+    if not entry.get("bundle"):
+        return entry
+    unknown = [f for f in entry["bundle"] if f not in by_file]
+    if unknown:
+        raise SandboxError(f"{entry['file']} bundles {', '.join(unknown)}, which channel.yaml's wheels lack")
+    for name in entry["bundle"]:
+        fetch(by_file[name], sources)
+    return {**entry, "bundle": [by_file[f] for f in entry["bundle"]]}
 
 
 class _Log:
@@ -243,7 +257,8 @@ def _locked(work: Path) -> Iterator[None]:
 
 
 def build(data: dict[str, Any] | None = None, channel: Path | None = None, work: Path | None = None) -> list[Outcome]:
-    """Build what changed, keep what did not, drop what the data no longer names, index, verify."""
+    """Build what changed, keep what did not, drop what the data no longer names, index, verify.
+    `channel` is the main channel's folder; the others (PyTorch's channel's layout) are beside it."""
     data = spec() if data is None else data
     channel = channel_dir() if channel is None else channel
     work = work_dir() if work is None else work
@@ -252,13 +267,16 @@ def build(data: dict[str, Any] | None = None, channel: Path | None = None, work:
         planned = plan(data, work / "sources")
         state_file = work / "state.json"
         state: dict[str, dict[str, str]] = json.loads(state_file.read_text()) if state_file.exists() else {}
-        for subdir in SUBDIRS:
-            (channel / subdir).mkdir(parents=True, exist_ok=True)
-        outcomes, replaced = [], False
+        folders = {name: channel.parent / name for name in sorted({r.channel for r in planned} | {recipes.MAIN})}
+        folders[recipes.MAIN] = channel
+        for folder in folders.values():
+            for subdir in SUBDIRS:
+                (folder / subdir).mkdir(parents=True, exist_ok=True)
+        outcomes, replaced = [], set()
         for recipe in planned:
             rel = f"{recipe.subdir}/{recipe.filename()}"
             known = state.get(recipe.ident, {})
-            target = channel / rel
+            target = folders[recipe.channel] / rel
             if known.get("key") == recipe.key and target.exists() and mirror.digest(target) == known.get("sha256"):
                 target.chmod(0o644)  # channels built before the chmod below
                 outcomes.append(Outcome(recipe, built=False, seconds=0.0))
@@ -266,7 +284,8 @@ def build(data: dict[str, Any] | None = None, channel: Path | None = None, work:
             log(f"channel: building {recipe.name} {recipe.version} {recipe.build}")
             start = time.monotonic()
             built = build_one(recipe, work)
-            replaced = replaced or target.exists()
+            if target.exists():
+                replaced.add(recipe.channel)
             partial = target.with_name(target.name + ".partial")
             shutil.move(built, partial)
             partial.chmod(0o644)  # rattler-build writes 0600; the channel is served to everyone
@@ -274,21 +293,23 @@ def build(data: dict[str, Any] | None = None, channel: Path | None = None, work:
             shutil.rmtree(work / "build", ignore_errors=True)
             old = known.get("file")
             if old and old != rel:
-                (channel / old).unlink(missing_ok=True)
+                (folders[recipe.channel] / old).unlink(missing_ok=True)
             state[recipe.ident] = {"key": recipe.key, "file": rel, "sha256": mirror.digest(target)}
             state_file.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
             outcomes.append(Outcome(recipe, built=True, seconds=time.monotonic() - start))
-        keep = {f"{r.subdir}/{r.filename()}" for r in planned}
+        keep = {f"{r.channel}/{r.subdir}/{r.filename()}" for r in planned}
         for ident in set(state) - {r.ident for r in planned}:
             del state[ident]
         state_file.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-        for subdir in SUBDIRS:
-            for stale in (channel / subdir).glob("*.conda"):
-                if f"{subdir}/{stale.name}" not in keep:
-                    log(f"channel: removing {stale.name} (channel.yaml no longer names it)")
-                    stale.unlink()
-        index(channel, force=replaced)
-        problems = verify(channel)
+        problems = []
+        for name, folder in folders.items():
+            for subdir in SUBDIRS:
+                for stale in (folder / subdir).glob("*.conda"):
+                    if f"{name}/{subdir}/{stale.name}" not in keep:
+                        log(f"channel: removing {stale.name} (channel.yaml no longer names it)")
+                        stale.unlink()
+            index(folder, force=name in replaced)
+            problems += verify(folder)
         if problems:
             raise SandboxError("the channel does not match its index:\n  " + "\n  ".join(problems))
         return outcomes

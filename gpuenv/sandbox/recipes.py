@@ -11,6 +11,8 @@ key the channel caches the built package under.
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import hashlib
 import re
 from dataclasses import dataclass
@@ -30,6 +32,10 @@ from gpuenv.sandbox.pypi2conda import (
 from gpuenv.sandbox.util import SandboxError
 
 HASH = "@HASH@"
+# The channels: the main one stands in for conda-forge (and for NVIDIA's and the default channel
+# that PyTorch's commands name beside it); "pytorch" is laid out as PyTorch's own channel was.
+MAIN = "conda"
+CHANNEL_FOLDERS = {"conda-forge": MAIN, "pytorch": "conda-pytorch"}
 # Where recipes find their sources: recipes/<ident>/recipe.yaml beside sources/ in the work folder.
 # Relative, so that the recipe text (and its hash) does not depend on where the cache lives.
 SOURCES = "../../sources"
@@ -44,6 +50,7 @@ class Recipe:
     subdir: str  # linux-64 or noarch
     text: str
     key: str  # sha256 of the recipe: the cache key of the built package
+    channel: str = MAIN  # the channel's folder under the mirror's site (conda, conda-pytorch)
 
     def filename(self) -> str:
         return f"{self.name}-{self.version}-{self.build}.conda"
@@ -73,12 +80,23 @@ def cuda_variant(cuda: str) -> str:
     return "cuda" + cuda.replace(".", "")
 
 
-def finalize(ident: str, name: str, version: str, subdir: str, template: str) -> Recipe:
-    """The recipe with its own hash put in place of the placeholder."""
+def finalize(ident: str, name: str, version: str, subdir: str, template: str, *, channel: str = MAIN) -> Recipe:
+    """The recipe with its own hash put in place of the placeholder. A package of a channel other
+    than the main one has that channel in its ident (one build state for all channels)."""
     key = hashlib.sha256(template.encode()).hexdigest()
     text = template.replace(HASH, key[:7])
     build = yaml.safe_load(text)["build"]["string"]
-    return Recipe(ident=ident, name=name, version=version, build=build, subdir=subdir, text=text, key=key)
+    ident = ident if channel == MAIN else f"{ident}@{channel}"
+    return Recipe(ident=ident, name=name, version=version, build=build, subdir=subdir, text=text, key=key,
+                  channel=channel)  # fmt: skip
+
+
+def channel_folder(entry: dict[str, Any]) -> str:
+    """The folder of the channel an entry of channel.yaml goes to (`channel:`, conda-forge by default)."""
+    name = str(entry.get("channel", "conda-forge"))
+    if name not in CHANNEL_FOLDERS:
+        raise SandboxError(f"channel {name!r}: one of {', '.join(CHANNEL_FOLDERS)}")
+    return CHANNEL_FOLDERS[name]
 
 
 class _Dumper(yaml.SafeDumper):
@@ -136,9 +154,17 @@ def cpython_recipe(minor: str, entry: dict[str, Any]) -> Recipe:
 
 
 def metapackage_recipe(
-    name: str, version: str, build: str, summary: str, *, depends: list[str], constrains: list[str]
+    name: str,
+    version: str,
+    build: str,
+    summary: str,
+    *,
+    depends: list[str],
+    constrains: list[str],
+    channel: str = MAIN,
 ) -> Recipe:
-    """A package of no files, only dependencies or constraints (cuda-version, python_abi)."""
+    """A package of no files, only dependencies or constraints (cuda-version, python_abi,
+    pytorch-mutex, pytorch-cuda)."""
     requirements: dict[str, list[str]] = {}
     if depends:
         requirements["run"] = depends
@@ -150,7 +176,22 @@ def metapackage_recipe(
         "requirements": requirements,
         "about": {"summary": summary},
     }
-    return finalize(f"{name}-{version}", name, version, "noarch", dump(recipe))
+    ident = f"{name}-{version}" if HASH in build else f"{name}-{version}-{build}"
+    return finalize(ident, name, version, "noarch", dump(recipe), channel=channel)
+
+
+def listed_metapackage_recipe(entry: dict[str, Any]) -> Recipe:
+    """A metapackage channel.yaml lists (`metapackages`): PyTorch's channel's pytorch-mutex (its
+    builds are named cuda and cpu, with no hash) and pytorch-cuda."""
+    return metapackage_recipe(
+        str(entry["name"]),
+        str(entry["version"]),
+        str(entry.get("build", f"h{HASH}_0")),
+        str(entry.get("summary", entry["name"])),
+        depends=[str(d) for d in entry.get("depends", [])],
+        constrains=[str(c) for c in entry.get("constrains", [])],
+        channel=channel_folder(entry),
+    )
 
 
 def cuda_version_recipe(cuda: str) -> Recipe:
@@ -184,6 +225,8 @@ def wheel_recipe(entry: dict[str, Any], info: WheelInfo, pythons: dict[str, str]
     into lib/pythonX.Y/site-packages), or cuda (an nvidia-* wheel's libraries and headers into
     lib/ and include/, where conda-forge's CUDA packages put them)."""
     kind, wheel = entry["kind"], entry["file"]
+    names = {**names, **{normalize(k): v for k, v in entry.get("names", {}).items()}}
+    info = _without(info, [str(d) for d in entry.get("drop_requires", [])])
     name, version = conda_name(info.project, names), conda_version(info.version)
     if set(info.data_dirs) - {"data", "purelib", "platlib"}:
         raise SandboxError(f"{wheel}: its .data holds {info.data_dirs}; only data, purelib and platlib are placed")
@@ -215,19 +258,22 @@ def wheel_recipe(entry: dict[str, Any], info: WheelInfo, pythons: dict[str, str]
         variant = entry.get("variant")
         if variant == "cuda":
             variant = cuda_variant(str(entry.get("cuda", "")))
-        build["string"] = build_string("python", python=python, variant=variant, blas=entry.get("blas"))
+        build["string"] = entry.get("build") or build_string(
+            "python", python=python, variant=variant, blas=entry.get("blas")
+        )
         major, minor = python.split(".")
         depends = [f"python >={python},<{major}.{int(minor) + 1}.0a0", f"python_abi {python}.* *_cp{major}{minor}"]
         depends += [d for d in (requirement_spec(r, {python: pythons[python]}, names) for r in info.requires) if d]
         script += _site_packages_lines(info, f"$PREFIX/lib/python{python}/site-packages")
         script += _console_lines(info, python)
+        script += _bundle_lines(entry.get("bundle", []))
     else:
         raise SandboxError(f"{wheel}: kind {kind!r} is not noarch, python or cuda")
     build["script"] = script
     license_name = entry.get("license", info.license)
     recipe: dict[str, Any] = {
         "package": {"name": name, "version": version},
-        "source": [_source(entry)],
+        "source": [_source(entry), *(_source(b) for b in entry.get("bundle", []))],
         "build": build,
         "requirements": {"run": depends + list(entry.get("depends", []))},
         "about": {
@@ -237,7 +283,34 @@ def wheel_recipe(entry: dict[str, Any], info: WheelInfo, pythons: dict[str, str]
             **({"license_file": sorted(licenses.values())} if licenses else {}),
         },
     }
-    return finalize(ident, name, version, subdir, dump(recipe))
+    return finalize(ident, name, version, subdir, dump(recipe), channel=channel_folder(entry))
+
+
+def _without(info: WheelInfo, patterns: list[str]) -> WheelInfo:
+    """The wheel's metadata without the requirements whose project matches a pattern (PyTorch's
+    channel's pytorch has no nvidia-* dependencies: pytorch-cuda brings CUDA, cuDNN is inside)."""
+    if not patterns:
+        return info
+    kept = [r for r in info.requires if not any(fnmatch.fnmatch(normalize(_project(r)), p) for p in patterns)]
+    return dataclasses.replace(info, requires=kept)
+
+
+def _project(requirement: str) -> str:
+    return re.split(r"[\s;<>=!~\[(]", requirement.strip(), maxsplit=1)[0]
+
+
+def _bundle_lines(bundle: list[dict[str, Any]]) -> list[str]:
+    """The libraries of other nvidia-* wheels, inside this package's lib/ (PyTorch's channel's
+    pytorch carried its cuDNN and NCCL so)."""
+    lines = []
+    for wheel in bundle:
+        lines += [
+            f"unzip -q -o {wheel['file']} 'nvidia/*' -d bundle",
+            'mkdir -p "$PREFIX/lib"',
+            "find bundle/nvidia -path '*/lib/*' -name 'lib*.so*' -exec mv -t \"$PREFIX/lib\" {} +",
+            "rm -rf bundle",
+        ]
+    return lines
 
 
 def _site_packages_lines(info: WheelInfo, target: str) -> list[str]:

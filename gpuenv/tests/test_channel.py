@@ -164,6 +164,35 @@ def test_pytorch_recipe_names_the_build_as_conda_forge(tmp_path: Path) -> None:
     assert '> "$PREFIX/bin/torchrun"' in script
 
 
+def test_pytorch_channel_recipe_bundles_cudnn_and_renames_triton(tmp_path: Path) -> None:
+    """PyTorch's channel's pytorch: its own build string, no nvidia-* dependency (pytorch-cuda and
+    the mutex instead), triton as torchtriton, cuDNN's libraries inside, in a channel of its own."""
+    requires = "".join(
+        f"Requires-Dist: {line}\n" for line in [*TORCH_251, 'triton (==3.1.0) ; python_version < "3.13"']
+    )
+    wheel = _wheel(tmp_path, "torch", "2.5.1", {"torch/__init__.py": b""}, requires)
+    cudnn = _nvidia(tmp_path / "cudnn", "nvidia-cudnn-cu12", "9.1.0.70", "libcudnn.so.9", b"\x7fELF")
+    entry = _entry(
+        wheel, "python", channel="pytorch", python="3.11", build="py3.11_cuda12.4_cudnn9.1.0_0",
+        names={"triton": "torchtriton"}, drop_requires=["nvidia-*"], bundle=[_entry(cudnn, "cuda")],
+        depends=["pytorch-cuda >=12.4,<12.5", "pytorch-mutex ==1.0 cuda"],
+    )  # fmt: skip
+    r = recipes.wheel_recipe(entry, pypi2conda.read_wheel(wheel), {"3.11": "3.11.2"}, NAMES)
+    doc = yaml.safe_load(r.text)
+    assert (r.ident, r.channel, r.build) == ("pytorch-2.5.1-py311@conda-pytorch", "conda-pytorch",
+                                             "py3.11_cuda12.4_cudnn9.1.0_0")  # fmt: skip
+    run = doc["requirements"]["run"]
+    assert not [d for d in run if d.startswith(("cudnn", "nvidia", "triton "))]
+    assert "torchtriton ==3.1.0" in run
+    assert run[-2:] == ["pytorch-cuda >=12.4,<12.5", "pytorch-mutex ==1.0 cuda"]
+    assert [s["path"] for s in doc["source"]] == [f"../../sources/{wheel.name}", f"../../sources/{cudnn.name}"]
+    script = "\n".join(doc["build"]["script"])
+    assert f"unzip -q -o {cudnn.name} 'nvidia/*' -d bundle" in script
+    assert '-exec mv -t "$PREFIX/lib" {} +' in script
+    with pytest.raises(SandboxError, match="channel 'defaults': one of conda-forge, pytorch"):
+        recipes.wheel_recipe({**entry, "channel": "defaults"}, pypi2conda.read_wheel(wheel), {"3.11": "3.11.2"}, NAMES)
+
+
 def _nvidia(folder: Path, project: str, version: str, lib: str, payload: bytes, requires: str = "") -> Path:
     sub = project.removeprefix("nvidia-").removesuffix("-cu12")
     files = {f"nvidia/{sub}/lib/{lib}": payload, f"nvidia/{sub}/include/{sub}.h": b"/* */\n"}
@@ -242,6 +271,31 @@ def test_small_channel_builds_indexes_caches_and_verifies(small: dict[str, Any])
         check=True,
     )
     assert rpath.stdout.strip() == "$ORIGIN/"
+
+
+def test_a_second_channels_packages_go_beside_the_main_one(small: dict[str, Any]) -> None:
+    """PyTorch's channel's metapackages (builds named cuda and cpu, no hash) in conda-pytorch/,
+    indexed and verified on their own; the main channel keeps its packages."""
+    where, _ = small["_paths"]
+    small["metapackages"] = [
+        {"channel": "pytorch", "name": "pytorch-mutex", "version": "1.0", "build": "cuda"},
+        {"channel": "pytorch", "name": "pytorch-mutex", "version": "1.0", "build": "cpu"},
+        {"channel": "pytorch", "name": "pytorch-cuda", "version": "12.4", "depends": ["libfoo >=12.4,<12.5"]},
+    ]
+    built = _build(small)
+    assert {"pytorch-mutex-1.0-cuda.conda", "pytorch-mutex-1.0-cpu.conda"} <= set(built)
+    second = where.parent / "conda-pytorch"
+    noarch = json.loads((second / "noarch" / "repodata.json").read_text())["packages.conda"]
+    assert sorted((r["name"], r["build"]) for r in noarch.values() if r["name"] == "pytorch-mutex") == [
+        ("pytorch-mutex", "cpu"), ("pytorch-mutex", "cuda")]  # fmt: skip
+    cuda = next(r for r in noarch.values() if r["name"] == "pytorch-cuda")
+    assert cuda["depends"] == ["libfoo >=12.4,<12.5"]
+    assert channel.verify(second) == []
+    assert not list((where / "noarch").glob("pytorch-*"))
+    # Dropped from the data: gone from its channel at the next build.
+    small["metapackages"] = small["metapackages"][:1]
+    _build(small)
+    assert [p.name for p in (second / "noarch").glob("*.conda")] == ["pytorch-mutex-1.0-cuda.conda"]
 
 
 def test_a_dependency_the_channel_lacks_is_refused(small: dict[str, Any]) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +64,7 @@ def _torchaudio() -> types.ModuleType:
 
 
 @pytest.fixture
-def installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, types.ModuleType]]:
+def installed(monkeypatch: pytest.MonkeyPatch) -> dict[str, types.ModuleType]:
     """Put companions in sys.modules (the test fills the dict; what is absent does not import)."""
     modules: dict[str, types.ModuleType] = {}
     real_import = torchenv.importlib.import_module
@@ -79,7 +78,7 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, types.Modul
 
     monkeypatch.setattr(torchenv.importlib, "import_module", import_module)
     monkeypatch.setattr(torch, "from_numpy", lambda array: array)
-    yield modules
+    return modules
 
 
 def _ctx(tmp_path: Path, companions: dict[str, str] | None) -> base.Context:
@@ -92,7 +91,7 @@ def _ctx(tmp_path: Path, companions: dict[str, str] | None) -> base.Context:
 
 def test_declared_companions_that_import_and_run_pass(tmp_path: Path, installed: dict[str, Any]) -> None:
     installed.update(numpy=_numpy(), torchvision=_torchvision(), torchaudio=_torchaudio())
-    check = torchenv.companions(_ctx(tmp_path, {"torchvision": "0.20.1", "torchaudio": "2.5.1"}))
+    check = torchenv.companions(_ctx(tmp_path, {"torchaudio": "2.5.1", "torchvision": "0.20.1"}))
     assert check.status == "pass", check
     assert check.observed == {"packages": "torchvision 0.20.1, torchaudio 2.5.1, numpy 2.4.6"}
     assert check.expected == {"packages": "torchvision 0.20.1, torchaudio 2.5.1"}

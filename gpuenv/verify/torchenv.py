@@ -99,7 +99,8 @@ def companions(ctx: Context, me: Spec) -> Check:
     if not problems:
         problems = _exercise(ctx.torch, modules)
     observed = {"packages": ", ".join(f"{n} {v}" for n, v in found.items())}
-    expected = {"packages": ", ".join(f"{n} {v}" for n, v in declared.items())} if declared else None
+    order = [*[n for n in COMPANIONS if n in declared], *sorted(set(declared) - set(COMPANIONS))]
+    expected = {"packages": ", ".join(f"{n} {declared[n]}" for n in order)} if declared else None
     if problems:
         return me.failed(
             "; ".join(problems),

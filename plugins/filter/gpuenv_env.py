@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from gpuenv import drift, envplan
+    from gpuenv import condaplan, drift, envplan
 except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import drift, envplan
+    from gpuenv import condaplan, drift, envplan
 
 
 def gpuenv_env_plan(settings: dict[str, Any]) -> dict[str, Any]:
@@ -19,6 +19,10 @@ def gpuenv_env_plan(settings: dict[str, Any]) -> dict[str, Any]:
         return {"error": None, **envplan.plan(**settings)}
     except envplan.EnvPlanError as exc:
         return {"error": str(exc)}
+
+
+def gpuenv_channel_urls(channels: list[str], named: dict[str, str]) -> dict[str, list[str]]:
+    return condaplan.channel_urls(channels, named)
 
 
 def gpuenv_lock_from_report(report: Any) -> str:
@@ -34,6 +38,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "gpuenv_env_plan": gpuenv_env_plan,
+            "gpuenv_channel_urls": gpuenv_channel_urls,
             "gpuenv_lock_from_report": gpuenv_lock_from_report,
             "gpuenv_lock_differences": gpuenv_lock_differences,
         }

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuenv_envexport import environment_yml, explicit, from_records, install_order
 
 DOCUMENTATION = r"""
 module: gpuenv_conda_env
@@ -56,6 +57,27 @@ options:
     description: rattler's package cache (packages are hard-linked from it into prefixes).
     type: path
     default: /var/cache/gpuenv/conda-pkgs
+  state:
+    description:
+      - C(present) solves (or reads the lock) and installs.
+      - C(exported) installs nothing; it writes I(export_dir)/C(environment.yml) and
+        I(export_dir)/C(explicit.txt) from the lock, so that the environment can be made again
+        elsewhere (C(conda env create -f), C(conda create --file), C(micromamba create -f)).
+    type: str
+    choices: [present, exported]
+    default: present
+  export_dir:
+    description: Where C(exported) writes the two files (created, mode 0755; the files 0644).
+    type: path
+  env_name:
+    description: The environment's name in the exported environment.yml.
+    type: str
+    default: default
+  pip:
+    description: What pip installed into the prefix (C(name==version)), the exported environment.yml's pip section.
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -71,6 +93,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+exports:
+  description: With C(exported), the paths of the two files written.
+  type: list
 solved:
   description: Whether this run solved (no lock yet) or installed the lock's packages.
   type: bool
@@ -144,8 +169,43 @@ def describe(record: Any) -> dict[str, str]:
     }
 
 
+def export(p: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+    """environment.yml and explicit.txt from the lock, rewritten only where they differ."""
+    if not p.get("export_dir"):
+        raise ValueError("state exported needs export_dir")
+    packages = install_order(from_records(_records_from_lock(p["lock"])))
+    host = os.uname().nodename
+    texts = {
+        "environment.yml": environment_yml(
+            p["env_name"], p["channels"], packages, p["pip"], host=host, prefix=p["prefix"]
+        ),
+        "explicit.txt": explicit(packages, name=p["env_name"], host=host, prefix=p["prefix"]),
+    }
+    paths = [os.path.join(p["export_dir"], n) for n in texts]
+    changed = False
+    for path, text in zip(paths, texts.values(), strict=True):
+        try:
+            with open(path, encoding="utf-8") as f:
+                same = f.read() == text
+        except OSError:
+            same = False
+        if same:
+            continue
+        changed = True
+        if not check_mode:
+            os.makedirs(p["export_dir"], mode=0o755, exist_ok=True)
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(path + ".tmp", 0o644)
+            os.replace(path + ".tmp", path)
+    return {"changed": changed, "exports": paths}
+
+
 def run(p: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     import rattler  # noqa: PLC0415
+
+    if p.get("state") == "exported":
+        return export(p, check_mode)
 
     if os.path.exists(os.path.join(p["prefix"], "conda-meta")):
         raise ValueError(f"{p['prefix']} holds an environment already; the role builds into a new directory")
@@ -179,6 +239,10 @@ def main() -> None:
             "lock": {"type": "path", "required": True},
             "cuda": {"type": "str", "default": ""},
             "cache_dir": {"type": "path", "default": "/var/cache/gpuenv/conda-pkgs"},
+            "state": {"type": "str", "choices": ["present", "exported"], "default": "present"},
+            "export_dir": {"type": "path"},
+            "env_name": {"type": "str", "default": "default"},
+            "pip": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -193,7 +257,7 @@ def main() -> None:
         result = run(module.params, module.check_mode)
     except Exception as exc:  # the solver's and the installer's errors are the message
         kind = type(exc).__name__
-        what = "solve" if "Solve" in kind else "install"
+        what = "export" if module.params["state"] == "exported" else "solve" if "Solve" in kind else "install"
         module.fail_json(
             msg=f"the conda {what} of {module.params['prefix']} failed ({kind}): {str(exc).strip()[:3000]}",
             specs=module.params["specs"],
