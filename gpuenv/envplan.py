@@ -158,23 +158,57 @@ def env_id(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def lock_from_report(report: dict[str, Any] | str) -> str:
-    """A requirements lock ("name==version --hash=sha256:...") from `pip install --report`.
-
-    Every installed distribution is listed with the sha256 pip verified for it; the lock
-    reinstalls exactly that set with `pip install --require-hashes --no-deps -r`."""
+def installed_from_report(report: dict[str, Any] | str) -> list[dict[str, str]]:
+    """What `pip install --report` installed: name, version, the file's URL and its sha256 (the
+    one reader of pip's report, for both locks below)."""
     data: dict[str, Any] = json.loads(report) if isinstance(report, str) else report
-    lines = []
+    found = []
     for item in data.get("install", []):
         meta = item.get("metadata", {})
         name, version = meta.get("name"), meta.get("version")
         if not name or not version:
             raise EnvPlanError("pip's report lists a distribution without name or version")
-        info = item.get("download_info", {}).get("archive_info", {})
+        download = item.get("download_info", {})
+        info = download.get("archive_info", {})
         sha = info.get("hashes", {}).get("sha256")
         if not sha and str(info.get("hash", "")).startswith("sha256="):
             sha = info["hash"].split("=", 1)[1]
         if not sha:
             raise EnvPlanError(f"pip's report gives no sha256 for {name} {version}")
-        lines.append(f"{name}=={version} --hash=sha256:{sha}")
-    return "\n".join(sorted(lines, key=str.lower)) + "\n"
+        found.append({"name": name, "version": version, "url": str(download.get("url", "")), "sha256": sha})
+    return sorted(found, key=lambda d: d["name"].lower())
+
+
+def lock_from_report(report: dict[str, Any] | str) -> str:
+    """A requirements lock ("name==version --hash=sha256:...") from `pip install --report`.
+
+    Every installed distribution is listed with the sha256 pip verified for it; the lock
+    reinstalls exactly that set with `pip install --require-hashes --no-deps -r`."""
+    lines = [f"{d['name']}=={d['version']} --hash=sha256:{d['sha256']}" for d in installed_from_report(report)]
+    return "\n".join(lines) + "\n"
+
+
+def pylock_from_report(report: dict[str, Any] | str, *, python: str) -> str:
+    """The same set as a PEP 751 lock (pylock.toml): every package with its wheel's URL and sha256,
+    which `uv pip install -r pylock.toml` (and any installer of the standard) installs as it is.
+    gpuenv installs wheels only, so every package is a wheel."""
+    lines = ['lock-version = "1.0"', 'created-by = "gpuenv"', f"requires-python = {_toml(f'=={python}.*')}", ""]
+    for d in installed_from_report(report):
+        if not d["url"].endswith(".whl"):
+            raise EnvPlanError(f"pip's report gives {d['name']} {d['version']} from {d['url']!r}, not a wheel")
+        lines += [
+            "[[packages]]",
+            f"name = {_toml(d['name'])}",
+            f"version = {_toml(d['version'])}",
+            "",
+            "[[packages.wheels]]",
+            f"url = {_toml(d['url'])}",
+            f"hashes = {{ sha256 = {_toml(d['sha256'])} }}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def _toml(text: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's for these characters)."""
+    return json.dumps(text)

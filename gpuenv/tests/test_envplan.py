@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging import pylock
 
 from gpuenv import envplan
 
@@ -118,3 +120,22 @@ def test_the_plan_names_each_companion_with_its_version_for_verify() -> None:
     assert conda["id"] == envplan.env_id(
         {k: conda[k] for k in ("backend", "python", "requirements", "torch_index", "pypi", "conda")}
     )
+
+
+def test_pylock_from_pips_report_is_a_valid_pep_751_lock_of_the_same_set() -> None:
+    report = (DATA / "pip-install-report-idna-six.json").read_text()
+    text = envplan.pylock_from_report(report, python="3.11")
+    lock = pylock.Pylock.from_dict(tomllib.loads(text))  # packaging's reader validates the standard
+    assert str(lock.lock_version) == "1.0"
+    got = {(p.name, str(p.version), p.wheels[0].hashes["sha256"]) for p in lock.packages if p.wheels}
+    want = {tuple(line.replace("==", " ").replace(" --hash=sha256:", " ").split()) for line in
+            envplan.lock_from_report(report).splitlines()}  # fmt: skip
+    assert got == want
+    assert all(p.wheels and str(p.wheels[0].url).endswith(".whl") for p in lock.packages)
+
+
+def test_pylock_refuses_what_is_not_a_wheel() -> None:
+    archive = {"url": "https://x/x-1.tar.gz", "archive_info": {"hashes": {"sha256": "a" * 64}}}
+    report = {"install": [{"metadata": {"name": "x", "version": "1"}, "download_info": archive}]}
+    with pytest.raises(envplan.EnvPlanError, match="not a wheel"):
+        envplan.pylock_from_report(report, python="3.11")

@@ -29,6 +29,10 @@ def gpuenv_lock_from_report(report: Any) -> str:
     return envplan.lock_from_report(report)
 
 
+def gpuenv_pylock_from_report(report: Any, python: str) -> str:
+    return envplan.pylock_from_report(report, python=python)
+
+
 def gpuenv_lock_differences(freeze: str, lock: str) -> dict[str, list[str]]:
     """What the environment (`pip freeze --all`) holds beyond, short of or other than its lock."""
     return drift.lock_differences(lock, freeze)
@@ -40,5 +44,6 @@ class FilterModule:
             "gpuenv_env_plan": gpuenv_env_plan,
             "gpuenv_channel_urls": gpuenv_channel_urls,
             "gpuenv_lock_from_report": gpuenv_lock_from_report,
+            "gpuenv_pylock_from_report": gpuenv_pylock_from_report,
             "gpuenv_lock_differences": gpuenv_lock_differences,
         }
