@@ -189,24 +189,34 @@ def lock_from_report(report: dict[str, Any] | str) -> str:
 
 
 def pylock_from_report(report: dict[str, Any] | str, *, python: str) -> str:
-    """The same set as a PEP 751 lock (pylock.toml): every package with its wheel's URL and sha256,
-    which `uv pip install -r pylock.toml` (and any installer of the standard) installs as it is.
-    gpuenv installs wheels only, so every package is a wheel."""
+    """The same set as a PEP 751 lock (pylock.toml): every package with its file's URL and sha256,
+    which `uv pip install -r pylock.toml` (and any installer of the standard) installs as it is: a
+    wheel, or the source archive of a package named in pytorch_env_source_builds."""
     lines = ['lock-version = "1.0"', 'created-by = "gpuenv"', f"requires-python = {_toml(f'=={python}.*')}", ""]
     for d in installed_from_report(report):
-        if not d["url"].endswith(".whl"):
-            raise EnvPlanError(f"pip's report gives {d['name']} {d['version']} from {d['url']!r}, not a wheel")
+        path = d["url"].split("?", 1)[0].split("#", 1)[0]
+        if path.endswith(".whl"):
+            table = "[[packages.wheels]]"
+        elif path.endswith(_SDIST_SUFFIXES):
+            table = "[packages.sdist]"
+        else:
+            raise EnvPlanError(
+                f"pip's report gives {d['name']} {d['version']} from {d['url']!r}, neither a wheel nor a source archive"
+            )
         lines += [
             "[[packages]]",
             f"name = {_toml(d['name'])}",
             f"version = {_toml(d['version'])}",
             "",
-            "[[packages.wheels]]",
+            table,
             f"url = {_toml(d['url'])}",
             f"hashes = {{ sha256 = {_toml(d['sha256'])} }}",
             "",
         ]
     return "\n".join(lines)
+
+
+_SDIST_SUFFIXES = (".tar.gz", ".zip")  # the source archives PEP 625 and PEP 751 know
 
 
 def _toml(text: str) -> str:

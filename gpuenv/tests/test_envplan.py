@@ -134,8 +134,14 @@ def test_pylock_from_pips_report_is_a_valid_pep_751_lock_of_the_same_set() -> No
     assert all(p.wheels and str(p.wheels[0].url).endswith(".whl") for p in lock.packages)
 
 
-def test_pylock_refuses_what_is_not_a_wheel() -> None:
-    archive = {"url": "https://x/x-1.tar.gz", "archive_info": {"hashes": {"sha256": "a" * 64}}}
-    report = {"install": [{"metadata": {"name": "x", "version": "1"}, "download_info": archive}]}
-    with pytest.raises(envplan.EnvPlanError, match="not a wheel"):
-        envplan.pylock_from_report(report, python="3.11")
+def test_pylock_writes_a_source_build_as_an_sdist_and_refuses_what_is_neither() -> None:
+    def report(url: str) -> dict[str, Any]:
+        archive = {"url": url, "archive_info": {"hashes": {"sha256": "a" * 64}}}
+        return {"install": [{"metadata": {"name": "x", "version": "1"}, "download_info": archive}]}
+
+    text = envplan.pylock_from_report(report("https://x/x-1.tar.gz"), python="3.11")
+    (package,) = pylock.Pylock.from_dict(tomllib.loads(text)).packages
+    assert package.sdist is not None
+    assert package.sdist.hashes == {"sha256": "a" * 64}
+    with pytest.raises(envplan.EnvPlanError, match="neither a wheel nor a source archive"):
+        envplan.pylock_from_report(report("https://x/x-1.egg"), python="3.11")
