@@ -72,7 +72,7 @@ def _judge(dep: str, rest: str, declared: str, what: str, where: str) -> None:
     if not _matches(declared, version):
         raise EnvFileError(
             f"{where} asks for {dep.strip()!r}, but the stack declares {what} {declared}: make them one "
-            f"(change the file's pin, or the stack's {what.lower()}). Nothing was changed."
+            f"(change the file's pin, or the stack's {what.lower()})"
         )
 
 
