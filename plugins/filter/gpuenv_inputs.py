@@ -1,5 +1,6 @@
-"""Filters for the roles' checks of inventory values written into files, calling gpuenv.inputs
-(tested in gpuenv/tests/test_inputs.py)."""
+"""Filters for the roles' checks of their settings, calling gpuenv.inputs (the forms of values
+written into files; tested in gpuenv/tests/test_inputs.py) and gpuenv.rolechecks (each role's
+refusals; gpuenv/tests/test_rolechecks.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from gpuenv import inputs
+    from gpuenv import inputs, rolechecks
 except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import inputs
+    from gpuenv import inputs, rolechecks
 
 
 def gpuenv_input_problems(values: dict[str, Any]) -> list[str]:
@@ -19,6 +20,13 @@ def gpuenv_input_problems(values: dict[str, Any]) -> list[str]:
     return inputs.problems(dict(values))
 
 
+def gpuenv_cudnn_setting_problems(settings: dict[str, Any], host: str) -> list[str]:
+    return rolechecks.cudnn_problems(settings, host)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"gpuenv_input_problems": gpuenv_input_problems}
+        return {
+            "gpuenv_input_problems": gpuenv_input_problems,
+            "gpuenv_cudnn_setting_problems": gpuenv_cudnn_setting_problems,
+        }
