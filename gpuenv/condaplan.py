@@ -81,7 +81,7 @@ def plan(
     companions: list[str] | str = "auto",
     packages: list[str] | None = None,
 ) -> dict[str, Any]:
-    """{style, channels (names), specs (conda), pip (requirements for pip, wheels style), notes}."""
+    """{style, channels (names), specs (conda), companions ({name: version} among the specs), notes}."""
     if style not in STYLES:
         raise CondaPlanError(f"conda style {style!r}: one of {', '.join(STYLES)}")
     if style == "auto":
@@ -89,6 +89,7 @@ def plan(
     conda_extra = [_conda_spec(p) for p in packages or [] if p.startswith("conda:")]
     specs = [f"python {python}.*"]
     notes: list[str] = []
+    pinned: dict[str, str] = {}  # the wheels style's companions are pip's (envplan)
     if style == "conda-forge":
         why = conda_forge_serves(torch, variant, python)
         if why:
@@ -105,7 +106,8 @@ def plan(
                     f"conda-forge built pytorch {torch} for CUDA {', '.join(built)}: the solver takes the newest build "
                     f"of CUDA {major} with a runtime of at least {cuda}"
                 )
-        specs += _companions(data()["conda_forge"]["releases"][torch], torch, companions, "conda-forge")
+        pinned = _companions(data()["conda_forge"]["releases"][torch], torch, companions, "conda-forge")
+        specs += [f"{name} =={version}" for name, version in pinned.items()]
         channels = ["conda-forge"]
     elif style == "pytorch":
         why = pytorch_channel_serves(torch, variant)
@@ -114,7 +116,8 @@ def plan(
         entry = data()["pytorch_channel"]["releases"][torch]
         cuda = versions.cuda_from_variant(variant)
         specs.append(f"pytorch =={torch}")
-        specs += _companions(entry, torch, companions, "PyTorch's channel")
+        pinned = _companions(entry, torch, companions, "PyTorch's channel")
+        specs += [f"{name} =={version}" for name, version in pinned.items()]
         if cuda is None:
             specs.append("cpuonly")
             channels = ["pytorch"]
@@ -128,19 +131,20 @@ def plan(
         specs.append("pip")
         channels = ["conda-forge"]
         notes.append("torch from PyTorch's wheels into the conda prefix (no conda channel carries this build)")
-    return {"style": style, "channels": channels, "specs": specs + conda_extra, "notes": notes}
+    return {"style": style, "channels": channels, "specs": specs + conda_extra, "companions": pinned, "notes": notes}
 
 
-def _companions(entry: dict[str, Any], torch: str, companions: list[str] | str, where: str) -> list[str]:
+def _companions(entry: dict[str, Any], torch: str, companions: list[str] | str, where: str) -> dict[str, str]:
+    """Each companion asked for ("auto": each the channel built for this torch) and its version."""
     names = [n for n in ("torchvision", "torchaudio") if entry.get(n)] if companions == "auto" else list(companions)
-    out = []
+    out = {}
     for name in names:
         version = entry.get(name)
         if not version:
             raise CondaPlanError(
                 f"{where} has no {name} built for pytorch {torch}; drop it from pytorch_env_companions"
             )
-        out.append(f"{name} =={version}")
+        out[name] = str(version)
     return out
 
 

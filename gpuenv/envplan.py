@@ -96,7 +96,7 @@ def plan(
         pinned[name] = version
     if conda is not None and conda["style"] != "wheels":
         requirements = []  # torch and its companions are conda packages
-        pinned = dict(_companion_specs(conda["specs"]))
+        pinned = dict(conda["companions"])
     requirements += sorted(packages)
     index = None if from_pypi else index_template.replace("{variant}", variant)
     spec: dict[str, Any] = {
@@ -131,26 +131,18 @@ def _with_file(conda: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any
     file's channels, where it names any, come first."""
     specs = list(conda["specs"])
     names = [_spec_name(s) for s in specs]
+    companions = dict(conda["companions"])
     for spec in declared["specs"]:
         name = _spec_name(spec)
         if name in names:
             if name != spec.rsplit("::", maxsplit=1)[-1].strip().lower():  # it carries a version or build
                 specs[names.index(name)] = spec
+                companions.pop(name, None)  # the file's spec decides: no single version to expect
         else:
             specs.append(spec)
             names.append(name)
     channels = list(dict.fromkeys([*declared["channels"], *conda["channels"]]))
-    return {"specs": specs, "channels": channels}
-
-
-def _companion_specs(specs: list[str]) -> list[tuple[str, str]]:
-    """("torchvision", "0.20.1") for each `torchvision ==0.20.1` among conda specs."""
-    out = []
-    for spec in specs:
-        name, _, version = spec.partition(" ==")
-        if name in ("torchvision", "torchaudio") and version:
-            out.append((name, version))
-    return out
+    return {"specs": specs, "channels": channels, "companions": companions}
 
 
 def env_id(spec: dict[str, Any]) -> str:

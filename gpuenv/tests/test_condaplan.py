@@ -35,6 +35,7 @@ def test_the_old_style_stack_gives_the_channels_own_specs() -> None:
             "torchaudio ==0.12.1",
             "cudatoolkit ==11.3",
         ],
+        "companions": {"torchvision": "0.13.1", "torchaudio": "0.12.1"},
         "notes": [],
     }
     # The same specs as the command on the page, spec for spec.

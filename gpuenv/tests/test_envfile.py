@@ -64,7 +64,10 @@ def test_the_file_changes_the_environments_id() -> None:
 
 def test_a_versioned_companion_in_the_file_replaces_the_plans_pin() -> None:
     doc = {"channels": ["conda-forge"], "dependencies": ["torchvision 0.20.*"]}
-    specs = _plan(doc)["conda"]["specs"]
+    plan = _plan(doc)
+    # verify then expects no single torchvision version; torchaudio keeps the plan's
+    assert plan["companions"] == {"torchaudio": "2.5.1"}
+    specs = plan["conda"]["specs"]
     assert "torchvision 0.20.*" in specs
     assert "torchvision ==0.20.1" not in specs
 
