@@ -190,10 +190,10 @@ def _channel(action: str) -> int:
             took = f"built in {o.seconds:.0f} s" if o.built else "cached"
             print(f"{o.recipe.subdir}/{o.recipe.filename()}  {took}")
         print(f"channel: {where}\nserved to the sandbox as {channel.channel_url()} (scripts/sandbox up)")
-        print(f"PyTorch's channel's layout: {where.parent / 'conda-pytorch'} ({channel.channel_url()}-pytorch)")
+        print(f"PyTorch's channel's layout: {channel.channel_dir('pytorch')} ({channel.channel_url('pytorch')})")
     elif action == "verify":
         # The main channel always; PyTorch's channel's layout where it was built.
-        pytorch = where.parent / "conda-pytorch"
+        pytorch = channel.channel_dir("pytorch")
         problems = channel.verify(where) + (channel.verify(pytorch) if pytorch.exists() else [])
         print("\n".join(problems) if problems else f"{where}: every package matches repodata.json")
         return 1 if problems else 0

@@ -47,13 +47,14 @@ def spec() -> dict[str, Any]:
     return loaded
 
 
-def channel_dir() -> Path:
-    """Under the mirror's site, so that the mirror's server (scripts/sandbox up) serves it too."""
-    return fleet.mirror_root() / "conda"
+def channel_dir(name: str = "conda-forge") -> Path:
+    """Under the mirror's site, so that the mirror's server (scripts/sandbox up) serves it too: the
+    main channel (conda-forge's names), or PyTorch's channel's layout ("pytorch") beside it."""
+    return fleet.mirror_root() / recipes.CHANNEL_FOLDERS[name]
 
 
-def channel_url() -> str:
-    return f"http://{fleet.controller_ip()}:{fleet.MIRROR_PORT}/conda"
+def channel_url(name: str = "conda-forge") -> str:
+    return f"http://{fleet.controller_ip()}:{fleet.MIRROR_PORT}/{recipes.CHANNEL_FOLDERS[name]}"
 
 
 def work_dir() -> Path:
