@@ -268,7 +268,9 @@ def build(data: dict[str, Any] | None = None, channel: Path | None = None, work:
         planned = plan(data, work / "sources")
         state_file = work / "state.json"
         state: dict[str, dict[str, str]] = json.loads(state_file.read_text()) if state_file.exists() else {}
-        folders = {name: channel.parent / name for name in sorted({r.channel for r in planned} | {recipes.MAIN})}
+        # Every channel of the table, whether or not the data still names a package of it: one that
+        # lost all its packages loses its files and its index lists nothing.
+        folders = {name: channel.parent / name for name in recipes.CHANNEL_FOLDERS.values()}
         folders[recipes.MAIN] = channel
         for folder in folders.values():
             for subdir in SUBDIRS:

@@ -296,6 +296,12 @@ def test_a_second_channels_packages_go_beside_the_main_one(small: dict[str, Any]
     small["metapackages"] = small["metapackages"][:1]
     _build(small)
     assert [p.name for p in (second / "noarch").glob("*.conda")] == ["pytorch-mutex-1.0-cuda.conda"]
+    # The last of its packages dropped: its channel empties, and its index lists nothing.
+    del small["metapackages"]
+    _build(small)
+    assert list((second / "noarch").glob("*.conda")) == []
+    assert json.loads((second / "noarch" / "repodata.json").read_text())["packages.conda"] == {}
+    assert channel.verify(second) == []
 
 
 def test_a_dependency_the_channel_lacks_is_refused(small: dict[str, Any]) -> None:
