@@ -21,6 +21,13 @@ class EnvFileError(ValueError):
     """An environment.yml that cannot declare this stack's environment; the message says why."""
 
 
+def split_spec(spec: str) -> tuple[str, str] | None:
+    """A conda dependency as (its name, lower-case; what follows the name: version and build, ""
+    for a bare name), or None where it is none ("pytorch ==2.5.1 cuda*" -> ("pytorch", "==2.5.1 cuda*"))."""
+    match = _DEP.match(spec.strip())
+    return (match.group("name").lower(), match.group("rest").strip()) if match else None
+
+
 def read(document: Any, *, torch: str, python: str, where: str = "environment.yml") -> dict[str, Any]:
     """{channels, specs, pip} from a parsed environment.yml, with pytorch and python judged against
     the stack's: `specs` holds the file's conda dependencies but those two (the plan pins them)."""
@@ -42,10 +49,10 @@ def read(document: Any, *, torch: str, python: str, where: str = "environment.ym
             continue
         if not isinstance(dep, str):
             raise EnvFileError(f"{where}: dependency {dep!r} is not a string")
-        match = _DEP.match(dep.strip())
-        if not match:
+        parsed = split_spec(dep)
+        if parsed is None:
             raise EnvFileError(f"{where}: {dep!r} is not a conda dependency (name, version, build)")
-        name, rest = match.group("name").lower(), match.group("rest").strip()
+        name, rest = parsed
         if name in _TORCH_NAMES:
             _judge(dep, rest, torch, "torch", where)
         elif name == "python":

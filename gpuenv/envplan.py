@@ -122,7 +122,8 @@ def plan(
 
 
 def _spec_name(spec: str) -> str:
-    return re.split(r"[\s=<>!~]", spec.rsplit("::", maxsplit=1)[-1], maxsplit=1)[0].lower()
+    parsed = envfile.split_spec(spec)
+    return parsed[0] if parsed else spec
 
 
 def _with_file(conda: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
@@ -133,9 +134,9 @@ def _with_file(conda: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any
     names = [_spec_name(s) for s in specs]
     companions = dict(conda["companions"])
     for spec in declared["specs"]:
-        name = _spec_name(spec)
+        name, rest = envfile.split_spec(spec) or (spec, "")
         if name in names:
-            if name != spec.rsplit("::", maxsplit=1)[-1].strip().lower():  # it carries a version or build
+            if rest:  # it carries a version or build
                 specs[names.index(name)] = spec
                 companions.pop(name, None)  # the file's spec decides: no single version to expect
         else:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from packaging.requirements import Requirement
 
 from gpuenv.sandbox.pypi2conda import (
     WheelInfo,
@@ -291,12 +292,8 @@ def _without(info: WheelInfo, patterns: list[str]) -> WheelInfo:
     channel's pytorch has no nvidia-* dependencies: pytorch-cuda brings CUDA, cuDNN is inside)."""
     if not patterns:
         return info
-    kept = [r for r in info.requires if not any(fnmatch.fnmatch(normalize(_project(r)), p) for p in patterns)]
+    kept = [r for r in info.requires if not any(fnmatch.fnmatch(normalize(Requirement(r).name), p) for p in patterns)]
     return dataclasses.replace(info, requires=kept)
-
-
-def _project(requirement: str) -> str:
-    return re.split(r"[\s;<>=!~\[(]", requirement.strip(), maxsplit=1)[0]
 
 
 def _bundle_lines(bundle: list[dict[str, Any]]) -> list[str]:

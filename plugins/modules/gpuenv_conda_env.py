@@ -159,14 +159,9 @@ def history_entry(records: list[Any], specs: list[str], when: str, engine: str) 
 
 
 def describe(record: Any) -> dict[str, str]:
-    sha = record.sha256
-    return {
-        "name": str(record.name.normalized),
-        "version": str(record.version),
-        "build": str(record.build),
-        "url": str(record.url),
-        "sha256": sha.hex() if isinstance(sha, bytes) else str(sha or ""),
-    }
+    """What the module returns of a package: its name, version, build, url and sha256."""
+    (full,) = from_records([record])
+    return {k: full[k] for k in ("name", "version", "build", "url", "sha256")}
 
 
 def export(p: dict[str, Any], check_mode: bool) -> dict[str, Any]:
