@@ -24,9 +24,20 @@ def gpuenv_cudnn_setting_problems(settings: dict[str, Any], host: str) -> list[s
     return rolechecks.cudnn_problems(settings, host)
 
 
+def gpuenv_driver_setting_problems(settings: dict[str, Any], host: str) -> list[str]:
+    return rolechecks.driver_problems(settings, host)
+
+
+def gpuenv_cudnn_manifest_problem(manifest: dict[str, Any], plan: dict[str, Any], settings: dict[str, Any]) -> str:
+    """The cudnn role's refusal of the manifest or the tarball it names; empty where there is none."""
+    return rolechecks.cudnn_manifest_problem(manifest, plan, settings) or ""
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "gpuenv_input_problems": gpuenv_input_problems,
             "gpuenv_cudnn_setting_problems": gpuenv_cudnn_setting_problems,
+            "gpuenv_driver_setting_problems": gpuenv_driver_setting_problems,
+            "gpuenv_cudnn_manifest_problem": gpuenv_cudnn_manifest_problem,
         }

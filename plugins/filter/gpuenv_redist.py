@@ -22,11 +22,6 @@ def gpuenv_redist_archives(manifest: Any, components: list[str], variant: str | 
     return {"archives": found, "id": redist.tree_id(found), "error": None}
 
 
-def gpuenv_redist_plain_path(path: Any) -> bool:
-    """A relative path under a mirror or download directory: no leading '/', no '..'."""
-    return redist.plain_relative_path(path)
-
-
 def gpuenv_tool_version(text: str) -> dict[str, str] | None:
     return hostparse.tool_version(str(text))
 
@@ -43,7 +38,6 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "gpuenv_redist_archives": gpuenv_redist_archives,
-            "gpuenv_redist_plain_path": gpuenv_redist_plain_path,
             "gpuenv_tool_version": gpuenv_tool_version,
             "gpuenv_debian_toolkit_release": gpuenv_debian_toolkit_release,
             "gpuenv_fetch_failures": gpuenv_fetch_failures,
