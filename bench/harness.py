@@ -39,14 +39,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import charts  # bench/ is not a package: its modules import each other by name
 from phases import Bench
 from runner import FLOOR, ROOT, BenchError, floor_env, sandbox, say, stack_plan, work_dir
 
-from gpuenv.sandbox import fleet
+from testbed.sandbox import fleet
 
 DOCS = ROOT / "docs/benchmarks.md"
 DOCS_DIR = ROOT / "docs/benchmarks"

@@ -33,8 +33,8 @@ from runner import (
     work_dir,
 )
 
-from gpuenv.sandbox import cache, fleet
 from gpuenv.stages import STAGES, stage_times
+from testbed.sandbox import cache, fleet
 
 
 class Bench:

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuenv import envplan
 from gpuenv.checkspec import check_file
-from gpuenv.sandbox import fleet
+from testbed.sandbox import fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK_FILE = ROOT / "inventory/sandbox/group_vars/gpu_hosts.yml"

@@ -28,8 +28,9 @@ MODULE = "plugins/module_utils/gpuenv_cudnn_files.py"
 
 
 def _load(name: str, path: Path) -> ModuleType:
-    # What the file imports as ansible.module_utils.gpuenv_hostparse is a link to gpuenv/hostparse.py.
-    sys.modules.setdefault("ansible.module_utils.gpuenv_hostparse", importlib.import_module("gpuenv.hostparse"))
+    # What the file imports as ansible.module_utils.gpuenv_hostparse is the package's own module.
+    hostparse = importlib.import_module("gpuenv.module_utils.gpuenv_hostparse")
+    sys.modules.setdefault("ansible.module_utils.gpuenv_hostparse", hostparse)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"unpack: cannot load {path}")

@@ -5,7 +5,7 @@ roles recorded (/etc/ansible/facts.d), where /usr/local/cuda and the environment
 really point, and `pip freeze` of the environment against its lock. The output is checks in
 gpuenv verify's report model (gpuenv.verify.model; ids `drift.*`), merged into the host's verify
 report (model.merge), so the fleet report shows them beside verify's.
-Tested in gpuenv/tests/test_drift.py.
+Tested in tests/test_drift.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuenv import hostparse
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 from gpuenv.verify.model import Check
 
 HINT = "run playbooks/site.yml to put the declared stack back, or declare what the host has"

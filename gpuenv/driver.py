@@ -1,7 +1,7 @@
 """Pure decisions for the nvidia_driver role: what a loaded driver means (which driver is loaded is
-read by gpuenv.hostparse.parse_proc_version, the parser verify uses too), whether a reboot would hit
+read by gpuenv.module_utils.gpuenv_hostparse.parse_proc_version, the parser verify uses too), whether a reboot would hit
 the controller, and the kernel module flavor. What apt offers and what dpkg has (the pin's choice,
-what dpkg lacks or does not hold) is read by gpuenv.hostparse alone, which the role's module
+what dpkg lacks or does not hold) is read by gpuenv.module_utils.gpuenv_hostparse alone, which the role's module
 gpuenv_apt_pin carries to the hosts."""
 
 from __future__ import annotations

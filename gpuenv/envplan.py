@@ -1,6 +1,6 @@
 """Pure helpers for the pytorch_env role: what an environment is made of (the pinned requirement
 set and where torch comes from), its id, and a hash-pinned lock from pip's installation report.
-Tested in gpuenv/tests/test_envplan.py."""
+Tested in tests/test_envplan.py."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 # role -> (the variable that picks its source, the role's default for it). The defaults are the
-# roles' own (defaults/main.yml; gpuenv/tests/test_osvars.py holds them equal): the preflight runs
+# roles' own (defaults/main.yml; tests/test_osvars.py holds them equal): the preflight runs
 # in a play without those roles, where their defaults are not visible.
 ROLE_SELECTORS: dict[str, tuple[str, str]] = {
     "nvidia_driver": ("nvidia_driver_source", "debian"),

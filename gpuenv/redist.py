@@ -1,6 +1,6 @@
 """Pure helpers for the cuda_toolkit and cudnn roles: read NVIDIA's redist manifests
 (`redistrib_<version>.json`), name the archives a tree needs, and read the versions a tree
-reports. Tested in gpuenv/tests/test_redist.py on the mirror's manifests and saved output."""
+reports. Tested in tests/test_redist.py on the mirror's manifests and saved output."""
 
 from __future__ import annotations
 

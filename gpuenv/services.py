@@ -1,7 +1,7 @@
 """What the gpu_services role sets up beside the stack, decided from the preflight's resolved stack.
 
 Pure functions, called by the role through plugins/filter/gpuenv_services.py and tested in
-gpuenv/tests/test_services.py: which services a host gets (off / on / auto), which package of
+tests/test_services.py: which services a host gets (off / on / auto), which package of
 which repository carries each at which version, whether a daemon can start now, and Docker's
 daemon.json with the NVIDIA runtime merged into what the host has.
 """
@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuenv import hostparse
 from gpuenv.compat import CompatData, load
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 
 MODES = ("off", "on", "auto")
 # What `nvidia-ctk runtime configure --runtime=docker` writes into daemon.json.

@@ -5,7 +5,7 @@ person or a chart calls a group of them: the services beside the driver (persist
 Manager, container toolkit) count with the driver, the record of the stack with the preflight. The
 benchmarks (bench/) sum play times per stage, the timing callback records each play's stage, and
 the progress callback (gpuenv_progress) shows a host's stage; all read this table, so a play
-renamed in playbooks/ is renamed here once (gpuenv/tests/test_progress_callback.py checks that
+renamed in playbooks/ is renamed here once (tests/test_progress_callback.py checks that
 every play of site.yml has its stage).
 """
 

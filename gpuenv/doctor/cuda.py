@@ -16,10 +16,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from gpuenv import hostparse
 from gpuenv.doctor.driver import Package
 from gpuenv.doctor.envs import Env, conda_packages
 from gpuenv.doctor.host import Host
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 from gpuenv.verify.cuda_tree import loader_problems
 
 _SONAME = re.compile(r"^libcudnn[a-z_]*\.so\.([0-9]+)$")

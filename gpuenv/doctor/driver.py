@@ -1,15 +1,17 @@
 """The driver and what stands around it: the loaded kernel module, the user-space libraries and
 nvidia-smi, the driver packages, the GPUs, nouveau, Secure Boot and the OS. Read only; every output is
-read by the parser the rest of gpuenv uses for it (gpuenv.hostparse, gpuenv.probes, gpuenv.driver)."""
+read by the parser the rest of gpuenv uses for it (gpuenv.module_utils.gpuenv_hostparse, gpuenv.probes,
+gpuenv.driver)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from gpuenv import hostparse, probes
+from gpuenv import probes
 from gpuenv.compat import CompatData
 from gpuenv.doctor.host import Host
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 from gpuenv.rules import gpu_cc
 from gpuenv.verify import host as verify_host
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from gpuenv import hostparse
 from gpuenv.doctor.host import Host
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 
 GPUENV_ENVS = "/opt/gpuenv/envs"
 _CONDA_ROOTS_HOME = ("miniconda3", "anaconda3", "miniforge3", "mambaforge", "micromamba", ".local/share/mamba")

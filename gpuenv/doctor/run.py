@@ -7,7 +7,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuenv import hostparse
 from gpuenv.compat import CompatData
 from gpuenv.doctor import EXIT_CLEAN, EXIT_FINDINGS, cuda, driver, envs, findings, hostfindings, trust, verifyrun
 from gpuenv.doctor.advice import Advice, advise
@@ -16,6 +15,7 @@ from gpuenv.doctor.driver import Driver, Gpu
 from gpuenv.doctor.envs import Env, LibPath
 from gpuenv.doctor.findings import Finding
 from gpuenv.doctor.host import Host
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 
 STACK_RECORD = "/etc/gpuenv/stack.json"  # what gpu_verify writes on a host gpuenv provisioned
 

@@ -18,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuenv import hostparse
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 from gpuenv.verify.model import FAIL, PASS, SKIP, WARN, Check
 
 NO_GPU = "no CUDA device visible to torch (no GPU, or no driver loaded)"

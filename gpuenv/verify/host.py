@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
-from gpuenv import hostparse
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 from gpuenv.verify.base import Checks, Context, Spec, run_tool
 from gpuenv.verify.model import Check
 

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuenv import archcompat, hostparse
+from gpuenv import archcompat
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 from gpuenv.verify.base import Checks, Context, Spec
 from gpuenv.verify.model import Check
 

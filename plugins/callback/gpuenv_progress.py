@@ -37,14 +37,8 @@ from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import callback_loader
 from ansible.utils.color import stringc
 
-try:
-    from gpuenv.progress import REFRESH_S, Play, Progress, Screen, Stream, failure_text, open_default_log, open_log
-    from gpuenv.stages import stage_of
-except ImportError:
-    # ansible-playbook from a Python without gpuenv installed: the package sits two levels up.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv.progress import REFRESH_S, Play, Progress, Screen, Stream, failure_text, open_default_log, open_log
-    from gpuenv.stages import stage_of
+from gpuenv.progress import REFRESH_S, Play, Progress, Screen, Stream, failure_text, open_default_log, open_log
+from gpuenv.stages import stage_of
 
 DOCUMENTATION = """
 name: gpuenv_progress

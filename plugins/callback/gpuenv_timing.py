@@ -16,19 +16,13 @@ from __future__ import annotations
 import json
 import os
 import resource
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ansible.plugins.callback import CallbackBase
 
-try:
-    from gpuenv.stages import stage_of
-except ImportError:
-    # ansible-playbook from a Python without gpuenv installed: the package sits two levels up.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv.stages import stage_of
+from gpuenv.stages import stage_of
 
 DOCUMENTATION = """
 name: gpuenv_timing

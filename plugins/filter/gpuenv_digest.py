@@ -1,6 +1,6 @@
 """Filters for the converged role's digest of a run's inputs, on the controller: gpuenv's own code,
 the option names of the stage roles, and one digest of their values (tested in
-gpuenv/tests/test_converged.py)."""
+tests/test_converged.py)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
-"""Filters for the nvidia_driver role, calling gpuenv.driver and gpuenv.hostparse (tested with saved real
-output)."""
+"""Filters for the nvidia_driver role, calling gpuenv.driver and gpuenv.module_utils.gpuenv_hostparse
+(tested with saved real output)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-try:
-    from gpuenv import compat, driver, hostparse
-except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import compat, driver, hostparse
+from gpuenv import compat, driver
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 
 
 def gpuenv_driver_pick(madison: str, pin: str) -> dict[str, Any]:

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-try:
-    from gpuenv import condaplan, drift, envplan
-except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import condaplan, drift, envplan
+from gpuenv import condaplan, drift, envplan
 
 
 def gpuenv_env_plan(settings: dict[str, Any]) -> dict[str, Any]:

@@ -1,21 +1,15 @@
 """Filters for the fleet playbooks (drift.yml, upgrade.yml) and gpu_verify, calling gpuenv.drift,
-gpuenv.stages and the report model, gpuenv.verify.model (tested in gpuenv/tests/test_drift.py and test_verify.py)."""
+gpuenv.stages and the report model, gpuenv.verify.model (tested in tests/test_drift.py and test_verify.py)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from gpuenv import drift, stages
-    from gpuenv.verify import model
-except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import drift, stages
-    from gpuenv.verify import model
+from gpuenv import drift, stages
+from gpuenv.verify import model
 
 
 def gpuenv_drift(

@@ -1,18 +1,12 @@
 """Filters for the roles' checks of their settings, calling gpuenv.inputs (the forms of values
-written into files; tested in gpuenv/tests/test_inputs.py) and gpuenv.rolechecks (each role's
-refusals; gpuenv/tests/test_rolechecks.py)."""
+written into files; tested in tests/test_inputs.py) and gpuenv.rolechecks (each role's
+refusals; tests/test_rolechecks.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-try:
-    from gpuenv import inputs, rolechecks
-except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import inputs, rolechecks
+from gpuenv import inputs, rolechecks
 
 
 def gpuenv_input_problems(values: dict[str, Any]) -> list[str]:

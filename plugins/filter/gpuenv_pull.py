@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-try:
-    from gpuenv import pullmode
-except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import pullmode
+from gpuenv import pullmode
 
 
 def gpuenv_pull_problems(settings: dict[str, Any]) -> list[str]:

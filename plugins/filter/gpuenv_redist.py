@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-try:
-    from gpuenv import hostparse, redist
-except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import hostparse, redist
+from gpuenv import redist
+from gpuenv.module_utils import gpuenv_hostparse as hostparse
 
 
 def gpuenv_redist_archives(manifest: Any, components: list[str], variant: str | None = None) -> dict[str, Any]:

@@ -1,16 +1,10 @@
-"""Filters for the gpu_services role, calling gpuenv.services (tested in gpuenv/tests/test_services.py)."""
+"""Filters for the gpu_services role, calling gpuenv.services (tested in tests/test_services.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-try:
-    from gpuenv import services
-except ImportError:  # ansible-playbook from a Python without gpuenv: use the repo's copy
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv import services
+from gpuenv import services
 
 
 def gpuenv_services_plan(

@@ -8,25 +8,14 @@ returns the check result as a dict (verdict, ok, errors, warnings, the resolved 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-try:
-    from gpuenv.checkspec import check_mapping, cudnn_fetch_mode
-    from gpuenv.hostparse import nvswitches
-    from gpuenv.osvars import chain, selections, unserved
-    from gpuenv.probes import parse_nvidia_smi_gpus
-    from gpuenv.report import format_text
-except ImportError:
-    # ansible-playbook run from a Python without gpuenv installed (not the repo's .venv): the
-    # package sits two levels above this file, so use that copy rather than fail the preflight.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpuenv.checkspec import check_mapping, cudnn_fetch_mode
-    from gpuenv.hostparse import nvswitches
-    from gpuenv.osvars import chain, selections, unserved
-    from gpuenv.probes import parse_nvidia_smi_gpus
-    from gpuenv.report import format_text
+from gpuenv.checkspec import check_mapping, cudnn_fetch_mode
+from gpuenv.module_utils.gpuenv_hostparse import nvswitches
+from gpuenv.osvars import chain, selections, unserved
+from gpuenv.probes import parse_nvidia_smi_gpus
+from gpuenv.report import format_text
 
 # The roles the preflight checks the host's OS against (gpuenv.osvars): this repository's.
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"

@@ -1,1 +1,0 @@
-../../gpuenv/hostparse.py

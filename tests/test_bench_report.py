@@ -1,0 +1,127 @@
+"""bench/run's report: the targets judged honestly, and the quick run's own section of
+docs/benchmarks.md beside the full run's."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import run_tool
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import harness  # noqa: E402 - bench/ is not a package
+import report  # noqa: E402
+
+SAMPLE: dict[str, Any] = json.loads((REPO / "bench/sample-results.json").read_text())
+
+
+def _rows(results: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {r[0]: r[1:] for r in report.rows(results, harness.TARGETS)}
+
+
+def test_the_targets_are_issue_19_s() -> None:
+    rows = _rows(SAMPLE)
+    _measured, target, verdict = rows["1. fresh host to verified stack"]
+    assert target == "ratio <= 0.8"
+    assert verdict == "NOT met"  # the sample's ratio is 1.54
+    assert rows["2. no-op re-run, 1 host"][1:] == ("0 changed, < 10 s", "NOT met")  # 24.7 s
+
+
+def test_the_fan_out_is_judged_by_the_controller_s_cpu_per_host() -> None:
+    measured, target, verdict = _rows(SAMPLE)["3. fleet fan-out, no-op + verify"]
+    assert target == "controller CPU < 2 s per no-op host"
+    per_host = report._per_host_cpu(SAMPLE["fanout"]["sizes"])
+    assert per_host is not None
+    assert f"controller {per_host[0]:.1f} s" in measured
+    assert verdict == ("met" if per_host[0] < 2 else "NOT met")
+    # A run whose controller costs 1 s of CPU per host meets it, whatever the wall time.
+    cheap = copy.deepcopy(SAMPLE)
+    for n, size in cheap["fanout"]["sizes"].items():
+        size["controller_cpu_s"] = 1.0 * int(n)
+    assert _rows(cheap)["3. fleet fan-out, no-op + verify"][2] == "met"
+    # ...unless a host changed.
+    cheap["fanout"]["sizes"]["4"]["changed"] = 1
+    assert _rows(cheap)["3. fleet fan-out, no-op + verify"][2] == "NOT met"
+
+
+@pytest.mark.parametrize("first", ["full", "quick"])
+def test_the_quick_run_writes_its_own_section_after_the_full_run_s(tmp_path: Path, first: str) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nIntro.\n\n## Kept by hand\n\nText.\n")
+    full = ("## Full\n\n![c](stages.png)\n", "benchmarks/", (harness.BEGIN, harness.END))
+    quick = ("## Quick\n\n![c](stages.png)\n", "benchmarks/quick/", (harness.QUICK_BEGIN, harness.QUICK_END))
+    order = [full, quick] if first == "full" else [quick, full]
+    for section, prefix, markers in order * 2:  # twice: the second run of each replaces its own
+        harness.replace_section(doc, section, image_prefix=prefix, markers=markers)
+    text = doc.read_text()
+    assert text.count("## Full") == 1
+    assert text.count("## Quick") == 1
+    assert "](benchmarks/stages.png)" in text
+    assert "](benchmarks/quick/stages.png)" in text
+    assert text.index("## Kept by hand") > text.index("## Full")
+    if first == "full":
+        assert text.index(harness.END) < text.index(harness.QUICK_BEGIN)
+
+
+@pytest.mark.ansible
+def test_every_bench_host_gets_the_group_s_stack(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    """The sandbox inventory gives the demo's sb2 a conda environment of its own (host_vars); the
+    bench measures one stack, the floor's, on every host: its fan-out host sb2, started from sb1's
+    snapshot, must find nothing to do."""
+    import runner  # noqa: PLC0415 - bench/ is on sys.path above
+
+    source = tmp_path / "sandbox"
+    shutil.copytree(REPO / "inventory/sandbox", source, ignore=shutil.ignore_patterns("hosts.yml"))
+    hosts = {"all": {"children": {"gpu_hosts": {"hosts": {"sb1": {}, "sb2": {}}}}}}
+    (source / "hosts.yml").write_text(yaml.safe_dump(hosts))
+
+    def host_vars(inventory: Path, host: str) -> dict[str, Any]:
+        out = run_tool("ansible-inventory", "-i", str(inventory), "--host", host, env=venv_env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        result: dict[str, Any] = json.loads(out.stdout)
+        return result
+
+    # The demo's inventory itself: sb2 differs (what the bench used before, and why it must not).
+    assert host_vars(source, "sb2").get("pytorch_env_backend") == "conda"
+    inventory = runner.bench_inventory(tmp_path / "logs", source)
+    sb1, sb2 = host_vars(inventory, "sb1"), host_vars(inventory, "sb2")
+    assert "pytorch_env_backend" not in sb2
+    assert sb2["gpu_stack"] == sb1["gpu_stack"] == yaml.safe_load(runner.STACK_FILE.read_text())["gpu_stack"]
+    # A second `scripts/sandbox up` rewrites hosts.yml: the link follows it.
+    hosts["all"]["children"]["gpu_hosts"]["hosts"]["sb3"] = {}
+    (source / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    assert runner.bench_inventory(tmp_path / "logs", source) == inventory
+    assert host_vars(inventory, "sb3")["gpu_stack"] == sb1["gpu_stack"]
+
+
+def test_the_command_line_picks_the_phases_and_the_pairs() -> None:
+    # One full-mode pair is what a session can afford (about 8 minutes against 25 for three).
+    one = harness.settings_for(False, "pairs", 1)
+    assert (one["mode"], one["driver_mode"], one["pairs"], one["phases"]) == ("full", "full", 1, ["pairs"])
+    assert harness.settings_for(False)["pairs"] == 3
+    assert harness.settings_for(True)["pairs"] == 1
+    assert harness.settings_for(True, "noop,pairs")["phases"] == ["pairs", "noop"]  # the run's order
+    with pytest.raises(harness.BenchError, match="--pairs 0: measure at least one pair"):
+        harness.settings_for(False, None, 0)
+    with pytest.raises(harness.BenchError, match="unknown phase"):
+        harness.settings_for(False, "pairs,warp")
+
+
+def test_the_no_op_is_reported_beside_the_same_host_with_every_stage_run() -> None:
+    text = report.markdown(SAMPLE, {}, harness.TARGETS)
+    assert "The same host with every stage run (`-e converged_skip=false`" in text
+    assert "19.4 s, changed 0, 120 tasks; CPU: controller 10.4 s, host 9.1 s." in text
+    assert "The controller's CPU, by task: gpu_stack : Check the stack against" in text
+    older = copy.deepcopy(SAMPLE)
+    del older["noop"]["every_stage"]  # results saved before the stamp render as they did
+    del older["noop"]["cpu_tasks"]
+    assert "converged_skip" not in report.markdown(older, {}, harness.TARGETS)
+    assert "The controller's CPU, by task" not in report.markdown(older, {}, harness.TARGETS)

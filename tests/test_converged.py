@@ -1,0 +1,171 @@
+"""A re-run of site.yml skips the stages on a host as its last complete run left it (the
+10-second no-op): the controller's digest of a run's inputs (plugins/filter/gpuenv_digest.py), the
+role and its plays in site.yml, and the rollout, which runs every stage whatever the stamp says.
+The module's fingerprints and stamp are tested in tests/test_converged_module.py, a
+sandbox host in tests/fleet/test_2_operations.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuenv.stages import stage_steps
+from tests.conftest import REPO, load_plugin, run_tool
+
+# What a rollout gives the stage roles (roles/fleet_upgrade/vars/main.yml), for stage_steps.
+STAGE_VARS = yaml.safe_load((REPO / "roles/fleet_upgrade/vars/main.yml").read_text())["fleet_upgrade_stage_vars"]
+filters = load_plugin("plugins/filter/gpuenv_digest.py")
+
+
+# The controller's digest of a run's inputs.
+
+
+def test_the_code_digest_follows_gpuenv_s_code_and_not_its_tests_or_caches(tmp_path: Path) -> None:
+    for d in ("roles/x/defaults", "plugins/modules", "playbooks", "tests", "gpuenv/__pycache__"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "roles/x/defaults/main.yml").write_text("x_a: 1\n")
+    (tmp_path / "tests/test_x.py").write_text("")
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    first = filters.gpuenv_code_digest(str(tmp_path))
+    (tmp_path / "tests/test_x.py").write_text("assert 1\n")
+    (tmp_path / "gpuenv/__pycache__/m.cpython-311.pyc").write_bytes(b"1")
+    (tmp_path / "README.md").write_text("docs\n")
+    (tmp_path / "roles/x/README.md").write_text("docs\n")
+    assert filters.gpuenv_code_digest(str(tmp_path)) == first
+    (tmp_path / "roles/x/defaults/main.yml").write_text("x_a: 2\n")
+    second = filters.gpuenv_code_digest(str(tmp_path))
+    assert second != first
+    (tmp_path / "roles/x/defaults/main.yml").rename(tmp_path / "roles/x/defaults/other.yml")
+    assert filters.gpuenv_code_digest(str(tmp_path)) != second  # a file's name counts too
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nforks = 5\n")
+    assert len({first, second, filters.gpuenv_code_digest(str(tmp_path))}) == 3
+
+
+def test_every_setting_of_a_stage_role_counts_as_an_input() -> None:
+    roles = yaml.safe_load((REPO / "roles/converged/defaults/main.yml").read_text())["converged_roles"]
+    names = set(filters.gpuenv_role_options(str(REPO / "roles"), roles))
+    site_roles = {step["role"] for step in stage_steps(REPO / "playbooks", STAGE_VARS)}
+    assert site_roles <= set(roles)  # every role site.yml runs on a host
+    for role in roles:
+        defaults = yaml.safe_load((REPO / f"roles/{role}/defaults/main.yml").read_text()) or {}
+        assert set(defaults) <= names, (role, set(defaults) - names)
+    assert {"nvidia_driver_mode", "pytorch_env_installer", "cudnn_background"} <= names
+    assert filters.gpuenv_digest({"b": [1], "a": None}) == filters.gpuenv_digest({"a": None, "b": [1]})
+    assert filters.gpuenv_digest({"a": 1}) != filters.gpuenv_digest({"a": "1"})
+
+
+PLAYBOOK = """
+- name: Compare each host with its last complete run
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: converged
+- name: A stage
+  hosts: all
+  gather_facts: false
+  pre_tasks:
+    - name: Skip this stage on a host as its last complete run left it
+      ansible.builtin.meta: end_host
+      when: converged_register_check.converged | default(false)
+  tasks:
+    - name: The stage's work
+      ansible.builtin.debug:
+        msg: STAGE-RAN {{ inventory_hostname }}
+- name: Stamp
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Stamp the host as this run left it
+      ansible.builtin.include_role:
+        name: converged
+        tasks_from: stamp.yml
+"""
+
+
+def test_the_role_skips_a_stage_on_the_second_run_and_not_after_a_change(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    """The plays as site.yml has them, on two local hosts: the inputs digested by the role's own
+    tasks (the settings read through the vars lookup), a stage skipped by its guard."""
+    (tmp_path / "site.yml").write_text(PLAYBOOK)
+    (tmp_path / "tree").mkdir()
+    hosts = {}
+    for h in ("h1", "h2"):
+        hosts[h] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "converged_stamp": str(tmp_path / f"{h}.json"),
+            "converged_watch": [],
+            "converged_walk": [str(tmp_path / "tree")],
+            "converged_read": [],
+            "converged_units": [],
+            "converged_pending": [],
+            "converged_verify_report": "",
+            "gpu_stack_resolved": {"driver": "535"},
+            "pytorch_env_installer": "uv",
+        }
+    inventory = tmp_path / "hosts.yml"
+
+    def play(*extra: str) -> str:
+        inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+        out = run_tool(
+            "ansible-playbook", "-i", str(inventory), str(tmp_path / "site.yml"), *extra, env=venv_env, timeout=300
+        )
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+        return out.stdout
+
+    def ran(stdout: str) -> set[str]:
+        return {h for h in hosts if f"STAGE-RAN {h}" in stdout}
+
+    assert ran(play()) == {"h1", "h2"}  # no stamps yet
+    assert ran(play()) == set()
+    hosts["h2"]["pytorch_env_installer"] = "pip"  # a setting of a stage role
+    assert ran(play()) == {"h2"}
+    (tmp_path / "tree/new").write_text("")  # a change on the hosts
+    assert ran(play()) == {"h1", "h2"}
+    assert ran(play("-e", "converged_skip=false")) == {"h1", "h2"}
+    assert ran(play("--tags", "all,never")) == set()  # stamped by the run before
+    shutil.rmtree(tmp_path / "tree")
+    assert ran(play("--skip-tags", "nothing")) == {"h1", "h2"}  # a partial run stamps nothing
+    assert ran(play()) == {"h1", "h2"}
+    assert ran(play()) == set()
+
+
+# site.yml and the rollout.
+
+
+def _plays() -> list[dict[str, Any]]:
+    plays: list[dict[str, Any]] = []
+    for entry in yaml.safe_load((REPO / "playbooks/site.yml").read_text()):
+        plays += yaml.safe_load((REPO / "playbooks" / entry["ansible.builtin.import_playbook"]).read_text())
+    return plays
+
+
+def test_site_yml_compares_after_the_preflight_skips_each_stage_and_verifies_and_stamps_every_host() -> None:
+    plays = _plays()
+    names = [p.get("name") or p.get("ansible.builtin.import_playbook") for p in plays]
+    assert names[:3] == [
+        "Preflight of the declared GPU stack",
+        "Compare each host with its last complete run",
+        "Record the checked stack on each host",
+    ]
+    assert names[-1] == "Stamp each verified host for the next run"
+    check_at = names.index("Compare each host with its last complete run")
+    verify_at = names.index("Verify each host")
+    for play in plays[check_at + 1 : verify_at]:
+        guards = [t for t in play.get("pre_tasks") or [] if t.get("ansible.builtin.meta") == "end_host"]
+        assert len(guards) == 1, play["name"]
+        assert "converged_register_check.converged" in guards[0]["when"]
+        assert guards[0]["tags"] == ["always"]
+    assert not any("converged" in json.dumps(t) for t in plays[verify_at].get("pre_tasks") or [])
+
+
+def test_a_rollout_runs_every_stage_and_neither_compares_nor_stamps() -> None:
+    steps = stage_steps(REPO / "playbooks", STAGE_VARS)
+    assert "converged" not in {step["role"] for step in steps}
+    assert [step["role"] for step in steps][:3] == ["stack_record", "pytorch_env", "nvidia_driver"]

@@ -1,0 +1,199 @@
+"""gpuenv/stages.py: every play of site.yml has its stage, and the timing callback and the
+benchmarks group play times by the same stages (the progress callback shows them)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import yaml
+
+from gpuenv.stages import STAGES, StagesError, stage_of, stage_steps, stage_times
+from tests.conftest import REPO, load_plugin
+
+
+def test_every_play_of_site_yml_has_a_stage() -> None:
+    # A play renamed in playbooks/ without gpuenv/stages.py would show (and be benchmarked) as no stage.
+    site = yaml.safe_load((REPO / "playbooks/site.yml").read_text())
+    names = []
+    for entry in site:
+        for play in yaml.safe_load((REPO / "playbooks" / entry["ansible.builtin.import_playbook"]).read_text()):
+            names.append(play["name"])
+    assert len(names) >= 7
+    assert {n: stage_of(n) for n in names if stage_of(n) is None} == {}
+    assert [stage for stage, _ in STAGES] == ["preflight", "driver", "cuda", "env", "verify"]
+    assert stage_of("Install the GPU services") == "driver"
+    assert stage_of("Roll the stack out, a batch at a time") is None
+
+
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get_name(self) -> str:
+        return self.name
+
+
+def test_the_timing_record_names_each_plays_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ansible")
+    timing = load_plugin("plugins/callback/gpuenv_timing.py").CallbackModule()
+    timing.v2_playbook_on_play_start(_Named("Install the NVIDIA driver"))
+    timing.v2_playbook_on_play_start(_Named("A play of another playbook"))
+
+    class Stats:
+        processed: ClassVar[dict[str, int]] = {}
+
+    monkeypatch.setenv("GPUENV_TIMING_FILE", str(tmp_path / "t.json"))
+    timing.v2_playbook_on_stats(Stats())
+    plays = yaml.safe_load((tmp_path / "t.json").read_text())["plays"]
+    assert [(p["name"], p["stage"]) for p in plays] == [
+        ("Install the NVIDIA driver", "driver"),
+        ("A play of another playbook", None),
+    ]
+
+
+def test_the_timing_record_gives_each_task_the_controller_s_cpu_across_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What ansible-playbook and its reaped workers used between a task's start and the next's: where
+    # the controller's seconds per host go (the no-op target).
+    pytest.importorskip("ansible")
+    plugin = load_plugin("plugins/callback/gpuenv_timing.py")
+    ticks = iter([1.0, 1.25, 1.25, 3.0])
+    monkeypatch.setattr(plugin.CallbackModule, "_cpu", staticmethod(lambda: next(ticks)))
+    timing = plugin.CallbackModule()
+    timing.v2_playbook_on_play_start(_Named("Verify each host"))
+    timing.v2_playbook_on_task_start(_Named("a"), False)
+    timing.v2_playbook_on_task_start(_Named("b"), False)
+
+    class Stats:
+        processed: ClassVar[dict[str, int]] = {}
+
+    monkeypatch.setenv("GPUENV_TIMING_FILE", str(tmp_path / "t.json"))
+    timing.v2_playbook_on_stats(Stats())
+    tasks = yaml.safe_load((tmp_path / "t.json").read_text())["tasks"]
+    assert [(t["name"], t["cpu_s"]) for t in tasks] == [("a", 0.25), ("b", 1.75)]
+
+
+def test_the_benchmarks_sum_play_times_by_the_same_stages() -> None:
+    # A record as the timing callback writes it (bench/ charts these sums); an older one has no "stage".
+    record = {
+        "plays": [
+            {"name": "Preflight of the declared GPU stack", "wall_s": 1.0},
+            {"name": "Record the checked stack on each host", "wall_s": 2.5},
+            {"name": "Install the GPU services", "stage": "driver", "wall_s": 3.0},
+            {"name": "Not a play of site.yml", "stage": None, "wall_s": 100.0},
+        ]
+    }
+    assert stage_times(record) == {"preflight": 3.5, "driver": 3.0, "cuda": 0.0, "env": 0.0, "verify": 0.0}
+
+
+SITE = """
+- name: Preflight
+  ansible.builtin.import_playbook: preflight.yml
+- name: Stage
+  ansible.builtin.import_playbook: stage.yml
+"""
+PREFLIGHT = """
+- name: Preflight of the declared GPU stack
+  hosts: gpu_hosts
+  roles:
+    - role: gpu_stack
+"""
+GUARD = """
+  pre_tasks:
+    - name: Check the declared stack, unless this run's preflight has
+      ansible.builtin.include_role:
+        name: gpu_stack
+      when: gpu_stack_resolved is undefined
+"""
+
+
+def _steps(tmp_path: Path, stage: str, carried: dict[str, object] | None = None) -> list[dict[str, object]]:
+    (tmp_path / "site.yml").write_text(SITE)
+    (tmp_path / "preflight.yml").write_text(PREFLIGHT)
+    (tmp_path / "stage.yml").write_text(stage)
+    return stage_steps(tmp_path, carried)
+
+
+def test_a_stage_s_roles_and_role_includes_are_steps_in_order_and_the_preflight_is_not(tmp_path: Path) -> None:
+    stage = (
+        "- name: A stage\n  hosts: gpu_hosts\n  gather_facts: false\n"
+        + GUARD
+        + "  roles:\n    - one\n    - role: two\n      tags: [two]\n      vars: {two_later: false}\n"
+        + "  tasks:\n    - name: Two's last step\n      ansible.builtin.include_role:\n        name: two\n"
+        + "        tasks_from: last.yml\n        apply: {tags: [two]}\n"
+        + "- name: A report on the controller\n  hosts: localhost\n  tasks:\n    - ansible.builtin.command: 'true'\n"
+    )
+    steps = _steps(tmp_path, stage, {"two_later": False, "other": 1})
+    assert [(s["role"], s["tasks_from"], s["vars"], s["play"], s["file"]) for s in steps] == [
+        ("one", "main", {}, "A stage", "playbooks/stage.yml"),
+        ("two", "main", {"two_later": False}, "A stage", "playbooks/stage.yml"),
+        ("two", "last", {}, "A stage", "playbooks/stage.yml"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stage", "carried", "said"),
+    [
+        # A condition the rollout would not evaluate: the role would run where site.yml skips it.
+        ("  roles:\n    - role: one\n      when: false\n", None, "gives role one ['when']"),
+        (
+            "  tasks:\n    - ansible.builtin.include_role: {name: one}\n      when: false\n",
+            None,
+            "includes role one with ['when']",
+        ),
+        ("  tasks:\n    - ansible.builtin.include_role: {name: one, public: true}\n", None, "with ['public']"),
+        ("  roles: [one]\n  post_tasks:\n    - ansible.builtin.debug: {msg: hi}\n", None, "has ['post_tasks']"),
+        ("  vars: {x: 1}\n  roles: [one]\n", None, "has ['vars']"),
+        (
+            "  tasks:\n    - name: A plain task\n      ansible.builtin.command: 'true'\n",
+            None,
+            "the task 'A plain task'",
+        ),
+        (
+            "  pre_tasks:\n    - name: Something else\n      ansible.builtin.command: 'true'\n  roles: [one]\n",
+            None,
+            "a pre_task 'Something else'",
+        ),
+        ("  roles: [gpu_stack, one]\n", None, "runs the preflight's role gpu_stack beside others"),
+        # A var the rollout does not give, or gives otherwise.
+        ("  roles:\n    - role: one\n      vars: {one_x: 1}\n", None, "one_x: 1, and a rollout gives it nothing"),
+        ("  roles:\n    - role: one\n      vars: {one_x: 1}\n", {"one_x": 2}, "one_x: 1, and a rollout gives it 2"),
+    ],
+    ids=[
+        "role-when",
+        "include-when",
+        "include-public",
+        "post-tasks",
+        "play-vars",
+        "plain-task",
+        "other-pre-task",
+        "preflight-mixed",
+        "var-not-carried",
+        "var-differs",
+    ],
+)
+def test_what_a_rollout_would_drop_is_refused_by_name(
+    tmp_path: Path, stage: str, carried: dict[str, object] | None, said: str
+) -> None:
+    with pytest.raises(StagesError, match=re.escape(said)) as caught:
+        _steps(tmp_path, "- name: A stage\n  hosts: gpu_hosts\n" + stage, carried)
+    assert "playbooks/stage.yml" in str(caught.value)
+
+
+@pytest.mark.parametrize("hosts", ["all", "gpu_hosts:!sb2", "gpu_hosts,other", "'{{ target }}'"])
+def test_a_stage_on_other_hosts_than_gpu_hosts_is_refused(tmp_path: Path, hosts: str) -> None:
+    # The rollout runs each step on its batch's hosts: a play meant for another group would run there.
+    with pytest.raises(StagesError, match="a stage runs on 'gpu_hosts'"):
+        _steps(tmp_path, f"- name: A stage\n  hosts: {hosts}\n  roles: [one]\n")
+
+
+def test_a_playbook_that_imports_itself_or_cannot_be_read_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StagesError, match="imports itself"):
+        _steps(tmp_path, "- ansible.builtin.import_playbook: stage.yml\n")
+    (tmp_path / "site.yml").write_text("- ansible.builtin.import_playbook: missing.yml\n")
+    with pytest.raises(StagesError, match="cannot read the stage playbook"):
+        stage_steps(tmp_path)
