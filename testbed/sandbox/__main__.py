@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import sys
 from pathlib import Path
@@ -149,8 +150,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - each subcomma
         elif args.command == "repo":
             site = mirror.default_site()
             if args.action == "build":
-                mirror.build(site, mirror.default_wheels())
-                debian = {d: roots.ensure_root(fleet.roots_dir(), roots.release(d)) for d in aptrepo.DISTROS}
+                # Debian's roots (debootstrap: mostly waiting on Debian's archive) are built while the
+                # mirror packs its archives (xz: the cores); each is needed only once both are done.
+                with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                    debian_roots = pool.submit(
+                        lambda: {d: roots.ensure_root(fleet.roots_dir(), roots.release(d)) for d in aptrepo.DISTROS}
+                    )
+                    mirror.build(site, mirror.default_wheels())
+                    debian = debian_roots.result()
                 for repo in aptrepo.build(site, aptrepo.default_key_home(site), debian):
                     print(repo)
             else:
