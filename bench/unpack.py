@@ -28,9 +28,10 @@ MODULE = "plugins/module_utils/gpuenv_cudnn_files.py"
 
 
 def _load(name: str, path: Path) -> ModuleType:
-    # What the file imports as ansible.module_utils.gpuenv_hostparse is the package's own module.
-    hostparse = importlib.import_module("gpuenv.module_utils.gpuenv_hostparse")
-    sys.modules.setdefault("ansible.module_utils.gpuenv_hostparse", hostparse)
+    # What the file imports as ansible.module_utils.gpuenv_* is the package's own module of that name.
+    for shared in sorted((ROOT / "gpuenv/module_utils").glob("gpuenv_*.py")):
+        module = importlib.import_module(f"gpuenv.module_utils.{shared.stem}")
+        sys.modules.setdefault(f"ansible.module_utils.{shared.stem}", module)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"unpack: cannot load {path}")

@@ -207,7 +207,7 @@ class CompatData:
 
     def cudnn_manifest_known(self, build: str) -> bool:
         """Whether NVIDIA's redist manifest of that cuDNN 8 release is known to exist."""
-        release = ".".join(build.split(".")[:3])
+        release = versions.CudnnVersion(build).release
         return release in {str(r) for r in self.raw["cudnn"].get("manifests", {}).get("releases", [])}
 
     def driver_cuda(self, driver: str | None) -> str | None:
@@ -227,7 +227,7 @@ class CompatData:
 
     def cudnn_libraries(self, build: str) -> list[str]:
         """The shared libraries a cuDNN build's major ships ("libcudnn_cnn_infer.so.8", ...)."""
-        return [str(n) for n in self.raw["cudnn"].get("libraries", {}).get(build.partition(".")[0], [])]
+        return [str(n) for n in self.raw["cudnn"].get("libraries", {}).get(versions.CudnnVersion(build).major, [])]
 
     def cudnn_nearest(self, declared: str, cuda_major: str) -> list[str]:
         """The builds for that CUDA major just below and just above a release the data lacks."""

@@ -10,6 +10,12 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from gpuenv.module_utils import gpuenv_cudnn_version
+
+# A cuDNN version's parts (major, release, build), parsed once: defined where gpuenv's modules on
+# the hosts can import it too.
+CudnnVersion = gpuenv_cudnn_version.CudnnVersion
+
 _DOTTED = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 
 Version = tuple[int, ...]

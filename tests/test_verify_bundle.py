@@ -42,6 +42,7 @@ def test_the_zipapp_holds_verify_and_the_parsers_it_imports_and_nothing_else() -
             "gpuenv.verify",
             "gpuenv.module_utils",
             "gpuenv.module_utils.gpuenv_hostparse",
+            "gpuenv.module_utils.gpuenv_cudnn_version",
             "gpuenv.archcompat",
         }
         == shipped

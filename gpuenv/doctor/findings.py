@@ -142,7 +142,7 @@ def _kernel_images(env: Env, gpus: list[Gpu], advice: Advice, data: CompatData) 
 
 def _shadows(env: Env, session: list[LibPath], copies: dict[str, Cudnn]) -> list[Finding]:
     """A directory on the environment's LD_LIBRARY_PATH with a cuDNN of the major torch loads."""
-    major = env.cudnn.split(".")[0] if env.cudnn else None
+    major = versions.CudnnVersion(env.cudnn).major if env.cudnn else None
     loaded = verifyrun.check(env.verify, "cudnn.loaded_library") or {}
     refused = verifyrun.check(env.verify, "cudnn.version") or {}
     if major is None or loaded.get("status") == PASS:

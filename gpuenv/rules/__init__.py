@@ -66,8 +66,9 @@ class _Checker(GpuRules, ToolchainRules, CudnnRules, HostRules):
         out["cuda_xy"] = versions.major_minor(cuda) if cuda else None
         out["cuda_major"] = str(versions.major(cuda)) if cuda else None
         out["cuda_tree"] = f"/usr/local/cuda-{out['cuda_xy']}" if cuda else None
-        out["cudnn_release"] = ".".join(self.cudnn.split(".")[:3]) if self.cudnn else None
-        out["cudnn_major"] = self.cudnn.split(".", 1)[0] if self.cudnn else None
+        cudnn = versions.CudnnVersion(self.cudnn) if self.cudnn else None
+        out["cudnn_release"] = cudnn.release if cudnn else None
+        out["cudnn_major"] = cudnn.major if cudnn else None
         # The CUDA the declared driver supports: what a conda solve takes the host to have (__cuda).
         out["driver_cuda"] = self.data.driver_cuda(self.stack.driver)
         out["torch_variant"] = self.variant.name if self.variant else self.stack.torch_variant

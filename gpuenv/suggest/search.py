@@ -175,7 +175,7 @@ class Search:
         same = [
             b
             for b in reversed(self.data.cudnn_supporting(versions.major_minor(toolkit), major))
-            if b.partition(".")[0] == variant.cudnn.partition(".")[0]
+            if versions.CudnnVersion(b).major == versions.CudnnVersion(variant.cudnn).major
             and not (self.old_gpu and versions.parse(b) >= versions.parse(self.data.cudnn_min_cc_release))
         ]
         official = [b for b in same if not (self.data.cudnn_support(b, major) or {}).get("packager")]

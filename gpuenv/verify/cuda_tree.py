@@ -8,6 +8,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from gpuenv.module_utils import gpuenv_hostparse as hostparse
+from gpuenv.module_utils.gpuenv_cudnn_version import CudnnVersion
 from gpuenv.verify.base import Checks, Context, Spec, run_tool
 from gpuenv.verify.model import Check
 
@@ -85,11 +86,12 @@ def cudnn(ctx: Context, me: Spec) -> Check:
     want = ctx.expect.get("cudnn")
     if want in (None, "none"):
         return me.skipped("the stack declares none")
-    header = _cudnn_header(ctx, str(want).partition(".")[0])
+    cudnn_version = CudnnVersion(want)
+    header = _cudnn_header(ctx, cudnn_version.major)
     if not header.exists():
         return me.failed(f"no {header}", expected=want, hint="run the cudnn role")
     found = hostparse.cudnn_header_version(header.read_text())
-    want_xyz = ".".join(str(want).split(".")[:3])
+    want_xyz = cudnn_version.release
     said = f"cuDNN {found}" if found else "no CUDNN_MAJOR, CUDNN_MINOR and CUDNN_PATCHLEVEL"
     return me.judged(
         found == want_xyz,

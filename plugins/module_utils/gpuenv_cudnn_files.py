@@ -18,6 +18,7 @@ import tarfile
 from collections.abc import Iterator
 from typing import Any
 
+from ansible.module_utils.gpuenv_cudnn_version import CudnnVersion
 from ansible.module_utils.gpuenv_hostparse import cudnn_header_version
 
 MARKER = ".gpuenv-cudnn.json"
@@ -259,7 +260,7 @@ def _unpack(archive: str, sha256: str, version: str, unpack_dir: str) -> dict[st
         if rel[0] in (layout["include"], layout["lib"])
     ]
     found = header_version(partial)
-    want = ".".join(version.split(".")[:3])
+    want = CudnnVersion(version).release
     if found != want:
         raise TreeError(
             f"{os.path.basename(archive)} holds cuDNN {found or 'of no readable version (no cudnn_version.h)'}, "

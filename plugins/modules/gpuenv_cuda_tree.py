@@ -31,6 +31,7 @@ from ansible.module_utils.gpuenv_cudnn_files import (
     unpack,
     unpacked_info,
 )
+from ansible.module_utils.gpuenv_cudnn_version import CudnnVersion
 
 DOCUMENTATION = r"""
 module: gpuenv_cuda_tree
@@ -277,7 +278,7 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
             in_place(want["base"], None, None)
         keep = {want["tree"], want["base"], want["current"], str(marker_now.get("base", want["current"]))}
         result["removed"] = prune(want["base"], keep, p["prune_versions"])
-    if info is not None and header_version(want["tree"]) != ".".join(str(info["version"]).split(".")[:3]):
+    if info is not None and header_version(want["tree"]) != CudnnVersion(info["version"]).release:
         raise TreeError(
             f"{want['tree']}/include says cuDNN {header_version(want['tree']) or 'nothing'}, not {info['version']}: "
             "another copy was put there by hand or by a package; remove it and run again"

@@ -35,7 +35,7 @@ from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
-from gpuenv import compat
+from gpuenv import compat, versions
 from testbed.sandbox import aptdriver
 from testbed.sandbox.util import SandboxError, log
 
@@ -378,7 +378,7 @@ def cudnn_debs(manifest: dict[str, Any], redist: Path, work: Path) -> list[Deb]:
     alternative (/usr/include/cudnn.h and the library's dev link)."""
     entry = manifest["cudnn"]
     version = entry["version"]
-    cudnn_major = version.split(".")[0]
+    cudnn_major = versions.CudnnVersion(version).major
     debs: list[Deb] = []
     for variant, archive in entry["linux-x86_64"].items():
         cuda_major = variant.removeprefix("cuda")
