@@ -146,3 +146,31 @@ def cudnn_manifest_problem(
     else:
         return None
     return f"{problem}; nothing was installed. Check cudnn_version (gpu_stack.cudnn), cudnn_cuda_major and the mirror."
+
+
+_TOOLKIT = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+
+
+def cuda_toolkit_problems(settings: Mapping[str, Any], host: str) -> list[str]:
+    """The cuda_toolkit role's settings (its variables without the cuda_toolkit_ prefix: source,
+    versions, default) and `stack_cuda`, the resolved stack's cuda ("none" for a stack without a
+    toolkit)."""
+    source, versions = str(settings["source"]), [str(v) for v in settings["versions"] or []]
+    default = str(settings["default"])
+    if settings["stack_cuda"] == "none" and source != "none":
+        return [
+            f"cuda_toolkit on {host}: the stack declares cuda: none (no system toolkit), but cuda_toolkit_source is"
+            f" {source}. Remove the setting (none follows from the stack), or declare the toolkit to install in"
+            " gpu_stack.cuda. Nothing was changed."
+        ]
+    wrong = source != "none" and (
+        not versions or any(not _TOOLKIT.fullmatch(v) for v in versions) or default not in versions
+    )
+    # Two versions of one X.Y would share /usr/local/cuda-X.Y.
+    if wrong or len({v.rsplit(".", 1)[0] for v in versions}) != len(versions):
+        return [
+            f'cuda_toolkit on {host}: versions {_shown(versions, 120)} must each be X.Y.Z ("12.4.1"), one per X.Y'
+            f' (they share /usr/local/cuda-X.Y), and the default "{_shown(default, 20)}" must be one of them. Both'
+            " come from gpu_stack.cuda unless set. Nothing was changed."
+        ]
+    return []

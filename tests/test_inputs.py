@@ -50,7 +50,9 @@ def test_a_list_is_checked_item_by_item_and_problems_name_the_variable() -> None
     assert sentence.endswith("...' is not one public key line: [options] key-type base64-key [comment]")
 
 
-def _refusal(tmp_path: Path, venv_env: dict[str, str], role: str, **role_vars: Any) -> str:
+def _refusal(tmp_path: Path, venv_env: dict[str, str], role: str, *, settings: bool = True, **role_vars: Any) -> str:
+    """The message of ROLE's refusal, run in check mode on the controller; a refusal of its settings
+    (not of a missing preflight) says that nothing was changed."""
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "test_role": role, **role_vars}
     inventory = tmp_path / "hosts.json"
     inventory.write_text(json.dumps({"all": {"hosts": {"controller": host}}}))
@@ -61,7 +63,7 @@ def _refusal(tmp_path: Path, venv_env: dict[str, str], role: str, **role_vars: A
     assert failed, run.stdout + run.stderr
     assert len(failed) == 1, run.stdout  # the role stopped at its refusal
     msg = str(json.loads(failed[0].split(" => ", 1)[1])["msg"])
-    assert "nothing was changed" in msg
+    assert "nothing was changed" in msg or not settings
     return msg
 
 
@@ -91,6 +93,18 @@ def test_nvidia_driver_without_the_preflight_says_to_run_it(tmp_path: Path, venv
     assert 'version ""' in msg
     assert "No resolved stack: the preflight role (gpu_stack) did not run" in msg
     assert "or set nvidia_driver_version" in msg
+
+
+@pytest.mark.ansible
+@pytest.mark.parametrize(("role", "playbook"), [("cudnn", "cuda.yml"), ("cuda_toolkit", "cuda.yml")])
+def test_a_cuda_role_without_the_preflight_says_to_run_it(
+    tmp_path: Path, venv_env: dict[str, str], role: str, playbook: str
+) -> None:
+    # Without gpu_stack_resolved, the role's defaults are empty rather than undefined, so that its
+    # first assert speaks instead of Ansible's "'gpu_stack_resolved' is undefined".
+    msg = _refusal(tmp_path, venv_env, role, settings=False, gpu_stack={"cuda": "12.4", "cudnn": "9.1.0"})
+    assert f"{role} on controller: gpu_stack_resolved is not set, so the declared stack was not" in msg
+    assert f"playbooks/site.yml or playbooks/{playbook} do" in msg
 
 
 @pytest.mark.ansible

@@ -186,3 +186,36 @@ def test_each_manifest_refusal_says_what_is_wrong(
 def test_a_tarball_given_by_url_is_not_refused_for_want_of_a_manifest() -> None:
     given = {**CUDNN, "tarball_url": "https://x/cudnn.tar.xz", "manifest_checksum": "sha256:" + "0" * 64}
     assert rolechecks.cudnn_manifest_problem({"status": 404}, PLAN, given) is None
+
+
+TOOLKIT = {"source": "redist", "versions": ["12.4.1"], "default": "12.4.1", "stack_cuda": "12.4.1"}
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"versions": ["12.4.1", "11.8.0"], "default": "11.8.0"},
+        {"source": "none", "versions": [], "default": "", "stack_cuda": "none"},
+        {"source": "nvidia_repo"},
+    ],
+)
+def test_right_toolkit_settings_refuse_nothing(over: dict[str, Any]) -> None:
+    assert rolechecks.cuda_toolkit_problems({**TOOLKIT, **over}, "sb1") == []
+
+
+@pytest.mark.parametrize(
+    ("over", "sentence"),
+    [
+        ({"stack_cuda": "none"}, "declares cuda: none (no system toolkit), but cuda_toolkit_source is redist"),
+        ({"versions": ["12.4"], "default": "12.4"}, "versions ['12.4'] must each be X.Y.Z"),
+        ({"versions": ["12.4.1", "12.4.0"]}, "one per X.Y (they share /usr/local/cuda-X.Y)"),
+        ({"default": "11.8.0"}, 'the default "11.8.0" must be one of them'),
+        ({"versions": []}, "versions [] must each be X.Y.Z"),
+    ],
+)  # fmt: skip
+def test_each_wrong_toolkit_setting_is_refused_with_what_it_must_be(over: dict[str, Any], sentence: str) -> None:
+    (problem,) = rolechecks.cuda_toolkit_problems({**TOOLKIT, **over}, "sb1")
+    assert problem.startswith("cuda_toolkit on sb1: ")
+    assert sentence in problem
+    assert problem.endswith("Nothing was changed.")

@@ -18,6 +18,10 @@ def gpuenv_cudnn_setting_problems(settings: dict[str, Any], host: str) -> list[s
     return rolechecks.cudnn_problems(settings, host)
 
 
+def gpuenv_cuda_toolkit_setting_problems(settings: dict[str, Any], host: str) -> list[str]:
+    return rolechecks.cuda_toolkit_problems(settings, host)
+
+
 def gpuenv_driver_setting_problems(settings: dict[str, Any], host: str) -> list[str]:
     return rolechecks.driver_problems(settings, host)
 
@@ -33,5 +37,6 @@ class FilterModule:
             "gpuenv_input_problems": gpuenv_input_problems,
             "gpuenv_cudnn_setting_problems": gpuenv_cudnn_setting_problems,
             "gpuenv_driver_setting_problems": gpuenv_driver_setting_problems,
+            "gpuenv_cuda_toolkit_setting_problems": gpuenv_cuda_toolkit_setting_problems,
             "gpuenv_cudnn_manifest_problem": gpuenv_cudnn_manifest_problem,
         }
