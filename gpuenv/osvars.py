@@ -15,7 +15,7 @@ found sets the package manager and the package names. A file that defines `__<ro
 (`__<role>_<part>_unserved` for a part with files of its own, gpu_services' toolkit-*.yml) says why
 the role cannot serve that OS (Debian's driver packages on Ubuntu, whose family is
 Debian too); no file found says the same in general. The preflight reads the same files
-(unserved(), through gpuenv_check_stack) and refuses such a host before anything is installed,
+(unserved(), through gpuenv/preflight.py) and refuses such a host before anything is installed,
 naming the role.
 """
 

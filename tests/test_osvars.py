@@ -13,13 +13,12 @@ import pytest
 import yaml
 
 from gpuenv import osvars
+from gpuenv.preflight import check_host
 from tests.conftest import run_tool
 from tests.rule_cases import stack
 
 REPO = Path(__file__).resolve().parents[1]
 ROLES = REPO / "roles"
-sys.path.insert(0, str(REPO / "plugins" / "filter"))
-from gpuenv_stack import FilterModule  # noqa: E402 - the plugin lives outside the package
 
 
 def _facts(distribution: str, version: str, family: str) -> dict[str, str]:
@@ -141,9 +140,7 @@ def test_the_run_s_roles_are_the_play_s_or_else_every_stage() -> None:
 
 
 def _check(facts: dict[str, str], settings: dict[str, Any], play_roles: list[str] | None = None) -> dict[str, Any]:
-    check: Any = FilterModule().filters()["gpuenv_check_stack"]
-    result: dict[str, Any] = check(stack(), os_facts=facts, settings=settings, play_roles=play_roles)
-    return result
+    return check_host(stack(), roles_dir=ROLES, os_facts=facts, settings=settings, play_roles=play_roles)
 
 
 def test_the_preflight_refuses_a_rocky_host_naming_each_role_that_cannot_serve_it() -> None:
@@ -167,8 +164,7 @@ def test_the_preflight_refuses_a_rocky_host_naming_each_role_that_cannot_serve_i
 
 def test_debian_with_the_defaults_and_an_unchecked_host_are_not_refused() -> None:
     assert not [e for e in _check(FACTS["debian12"], {})["errors"] if e["rule"] == "os-role"]
-    check: Any = FilterModule().filters()["gpuenv_check_stack"]
-    assert check(stack())["errors"] == []
+    assert check_host(stack(), roles_dir=ROLES)["errors"] == []
 
 
 @pytest.mark.ansible

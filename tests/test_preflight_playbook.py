@@ -16,13 +16,12 @@ import pytest
 import yaml
 
 import gpuenv.checkspec
+from gpuenv.preflight import check_host
 from tests.conftest import run_tool
 
 pytestmark = pytest.mark.ansible
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "plugins" / "filter"))
-from gpuenv_stack import FilterModule  # noqa: E402 - the plugin lives outside the package
 
 
 def _inventory(tmp_path: Path, stack: dict[str, Any] | None) -> Path:
@@ -168,11 +167,10 @@ def test_os_mismatch_is_refused(tmp_path: Path, venv_env: dict[str, str]) -> Non
 
 
 @pytest.mark.parametrize("stack", [GOOD, {**GOOD, "gpu": "RTX 5090"}, {"driver": 550}, {**GOOD, "python": 3.1}])
-def test_filter_and_check_spec_agree(stack: dict[str, Any]) -> None:
-    plugin = FilterModule().filters()["gpuenv_check_stack"]
-    from_filter = plugin(stack)
-    from_filter.pop("text")
-    assert from_filter == gpuenv.checkspec.check_mapping(stack)
+def test_the_preflight_and_check_spec_agree(stack: dict[str, Any]) -> None:
+    from_preflight = check_host(stack, roles_dir=REPO / "roles")
+    from_preflight.pop("text")
+    assert from_preflight == gpuenv.checkspec.check_mapping(stack)
 
 
 def test_an_nvidia_smi_without_compute_cap_falls_back_to_names(tmp_path: Path, venv_env: dict[str, str]) -> None:
