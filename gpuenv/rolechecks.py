@@ -1,6 +1,7 @@
 """The roles' refusals of their settings, one sentence per setting that is wrong, each naming the
 variable, what it holds and what it must be (a role's first assert joins them). Written here rather
-than in a task's Jinja so that each refusal is its own tested sentence. Standard library only."""
+than in a task's Jinja so that each refusal is its own tested sentence. Standard library and the
+package's own value checks (gpuenv.inputs, gpuenv.redist) only."""
 
 from __future__ import annotations
 

@@ -172,10 +172,11 @@ class Search:
             return ["none"]
         major = str(versions.major(toolkit))
         out = [variant.cudnn]  # even without a build for this CUDA major: the rules then say so
+        torch_cudnn_major = versions.CudnnVersion(variant.cudnn).major
         same = [
             b
             for b in reversed(self.data.cudnn_supporting(versions.major_minor(toolkit), major))
-            if versions.CudnnVersion(b).major == versions.CudnnVersion(variant.cudnn).major
+            if versions.CudnnVersion(b).major == torch_cudnn_major
             and not (self.old_gpu and versions.parse(b) >= versions.parse(self.data.cudnn_min_cc_release))
         ]
         official = [b for b in same if not (self.data.cudnn_support(b, major) or {}).get("packager")]
