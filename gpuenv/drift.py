@@ -1,20 +1,36 @@
-"""What differs on a host from the stack the inventory declares (playbooks/drift.yml).
+"""What differs on a host from the stack the inventory declares: `gpuenv verify --drift`, which
+playbooks/drift.yml runs on each host.
 
-The inputs are what the host says of itself, read without changing anything: the local facts the
-roles recorded (/etc/ansible/facts.d), where /usr/local/cuda and the environment's stable path
-really point, and `pip freeze` of the environment against its lock. The output is checks in
-gpuenv verify's report model (gpuenv.verify.model; ids `drift.*`), merged into the host's verify
-report (model.merge), so the fleet report shows them beside verify's.
+The inputs are what the host says of itself, read without changing anything (observe): the host's
+record of its stack (/etc/gpuenv/stack.json) and the records the roles wrote (/etc/ansible/facts.d),
+where /usr/local/cuda and the environment's stable path really point, `pip freeze` of the
+environment against its lock, dpkg's state of the packages the records name, systemd's state of the
+daemons gpu_services set up, and (from drift.yml) gpuenv_converged's comparison of the places
+site.yml writes with the stamp of the last complete run. The output is checks in gpuenv verify's
+report model (gpuenv.verify.model; ids `drift.*`), in the same report as verify's own checks.
+Runs on the host inside verify's zipapp: the standard library only, Python 3.8's syntax.
 Tested in tests/test_drift.py.
 """
 
 from __future__ import annotations
 
+import glob
+import json
+import os
+import subprocess
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuenv.module_utils import gpuenv_hostparse as hostparse
 from gpuenv.verify.model import Check
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+# The host's record of its stack (role stack_record; Ansible reads it as the local fact gpuenv) and
+# the folder of the roles' own records (ansible_local).
+RECORD = "/etc/gpuenv/stack.json"
+FACTS_DIR = "/etc/ansible/facts.d"
 
 HINT = "run playbooks/site.yml to put the declared stack back, or declare what the host has"
 
@@ -47,10 +63,12 @@ def lock_differences(lock: str, freeze: str) -> dict[str, list[str]]:
 SERVICE_UNITS = {"persistenced": "nvidia-persistenced", "fabricmanager": "nvidia-fabricmanager"}
 
 
-def service_checks(record: Any, units: Mapping[str, Any] | None) -> list[Check]:
+def service_checks(record: Any, units: Mapping[str, Mapping[str, str]] | None) -> list[Check]:
     """drift.<service> for each daemon gpu_services set up (its record, gpu_services.fact, says
-    wanted): its unit must exist and be enabled, as systemd reports it (service_facts: {"x.service":
-    {"status": "enabled", ...}}). A removed package leaves no unit: missing."""
+    wanted): its unit must exist and be enabled, as `systemctl show` reports it
+    (hostparse.parse_systemctl_show). A removed package leaves no unit: missing. A unit that is
+    enabled but whose last start failed is as gpu_services left it (the sandbox's daemons fail
+    without a GPU); the summary says so, and verify's services checks judge the daemon itself."""
     checks: list[Check] = []
     if not isinstance(record, Mapping):
         return checks
@@ -59,22 +77,17 @@ def service_checks(record: Any, units: Mapping[str, Any] | None) -> list[Check]:
         if not isinstance(entry, Mapping) or not entry.get("wanted"):
             continue
         unit = str(entry.get("unit") or default_unit)
-        live = (units or {}).get(f"{unit}.service")
-        status = str(live.get("status")) if isinstance(live, Mapping) else "missing"
+        live = (units or {}).get(f"{unit}.service") or {}
+        loaded = live.get("LoadState") not in (None, "", "not-found")
+        status = (live.get("UnitFileState") or "unknown") if loaded else "missing"
         ok = status == "enabled"
-        if status == "missing":
-            state = "missing (no unit: its package was removed?)"
-        elif status == "failed":
-            # service_facts puts a failed run in place of the unit file's state, so whether it is
-            # still enabled is unknown here; the failure is the finding
-            state = f"failed (systemd's last start of it failed: journalctl -u {unit})"
-        else:
-            state = status
+        state = "missing (no unit: its package was removed?)" if status == "missing" else status
+        failed = " (its last start failed: journalctl -u " + unit + ")" if live.get("ActiveState") == "failed" else ""
         checks.append(
             _check(
                 f"drift.{key}",
                 ok,
-                f"{unit} is enabled"
+                f"{unit} is enabled{failed}"
                 if ok
                 else f"{unit} is {state}, though gpu_services set it up ({entry.get('why', '')})",
                 status,
@@ -86,20 +99,26 @@ def service_checks(record: Any, units: Mapping[str, Any] | None) -> list[Check]:
     return checks
 
 
-def package_checks(facts: Mapping[str, Any], dpkg: Mapping[str, Any] | None) -> list[Check]:
-    """drift.packages: the packages the roles installed from NVIDIA's repository and hold (their
-    records name each with its version: cudnn's libcudnn9-cuda-12, cuda_toolkit's cuda-toolkit-12-4)
-    against dpkg's state (gpuenv_host_state's dpkg): still installed, at that version, held. An
-    `apt-mark unhold` and an `apt install libcudnn9-cuda-12=<newer>` by hand are what it sees."""
+def recorded_packages(facts: Mapping[str, Any]) -> dict[str, str]:
+    """{package: version} of the packages the roles installed from NVIDIA's repository and hold, as
+    their records name them (cudnn's libcudnn9-cuda-12, cuda_toolkit's cuda-toolkit-12-4)."""
     recorded: dict[str, str] = {}
     for role in ("cudnn", "cuda_toolkit"):
         record = facts.get(role) or {}
         packages = record.get("packages") if isinstance(record, Mapping) else None
         if isinstance(packages, Mapping):
             recorded.update({str(k): str(v) for k, v in packages.items()})
-    if not recorded:
+    return recorded
+
+
+def package_checks(facts: Mapping[str, Any], dpkg: Mapping[str, Any] | None) -> list[Check]:
+    """drift.packages: the packages the records name (recorded_packages) against dpkg's state
+    (hostparse.parse_dpkg_query): still installed, at that version, held. An `apt-mark unhold` and
+    an `apt install libcudnn9-cuda-12=<newer>` by hand are what it sees. None: dpkg was not read."""
+    recorded = recorded_packages(facts)
+    if not recorded or dpkg is None:
         return []
-    state = dpkg or {}
+    state = dpkg
     problems = []
     for name, version in sorted(recorded.items()):
         have = state.get(name) or {}
@@ -193,11 +212,11 @@ def compare(
     services: Mapping[str, Any] | None = None,
     converged: Mapping[str, Any] | None = None,
     dpkg: Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """The drift checks of one host (as the report's dicts): its records and what is live, against
-    the declared stack. services: the host's systemd units as service_facts reports them, for the
-    daemons gpu_services recorded (service_checks); dpkg: dpkg's state of the packages the records
-    name (package_checks)."""
+) -> list[Check]:
+    """The drift checks of one host: its records and what is live, against the declared stack.
+    services: `systemctl show` of the daemons gpu_services recorded (service_checks); dpkg: dpkg's
+    state of the packages the records name (package_checks); lock and freeze: the environment's
+    lock and `pip freeze --all` (no check without both)."""
     checks: list[Check] = []
     record = facts.get("gpuenv") or {}
     recorded = (record.get("resolved") or {}) if isinstance(record, dict) else {}
@@ -301,7 +320,130 @@ def compare(
     checks.extend(package_checks(facts, dpkg))
     if converged is not None:
         checks.extend(since_last_run(converged))
-    return [c.as_dict() for c in checks]
+    return checks
+
+
+# --- reading the host (gpuenv verify --drift runs this on it) ------------------------------------
+if TYPE_CHECKING:  # a runtime alias would need Python 3.9's subscripted builtins
+    Runner = Callable[[list[str]], tuple[int, str, str]]
+
+
+def run_command(argv: list[str]) -> tuple[int, str, str]:
+    """A command's exit status and output; one that cannot start or runs past two minutes is 127."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603 - argv, no shell
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, "", str(exc)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _json_file(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def read_records(facts_dir: str, record: str) -> dict[str, Any]:
+    """The roles' records, as Ansible reads them (ansible_local: each JSON `<role>.fact`), with the
+    host's record of its stack as `gpuenv`. A record that is not JSON is left out: the checks that
+    read it then say it is not recorded."""
+    facts: dict[str, Any] = {}
+    for path in sorted(glob.glob(os.path.join(facts_dir, "*.fact"))):
+        data = _json_file(path)
+        if isinstance(data, dict):
+            facts[os.path.basename(path)[: -len(".fact")]] = data
+    stack = _json_file(record)
+    if isinstance(stack, dict) and isinstance(stack.get("resolved"), dict):
+        facts["gpuenv"] = stack
+    return facts
+
+
+def observe(facts: Mapping[str, Any], run: Runner = run_command) -> tuple[dict[str, Any], list[Check]]:
+    """What compare reads from the live host besides the records: compare's keyword arguments, and a
+    failing check for each input that could not be read (a broken pip, a dpkg-query that fails), in
+    place of the check that would judge it."""
+    env = facts.get("pytorch_env") or {}
+    found: dict[str, Any] = {"lock": None, "freeze": None, "services": None, "dpkg": None}
+    unread: list[Check] = []
+    cuda = _link("/usr/local/cuda")
+    # NVIDIA's toolkit packages point /usr/local/cuda at the cuda alternative, which points at the tree.
+    found["cuda_link"] = _link(cuda) if cuda == "/etc/alternatives/cuda" else cuda
+    found["env_link"] = _link(str(env.get("path") or "/opt/gpuenv/envs/default"))
+    if env.get("lock") and env.get("path"):
+        try:
+            with open(str(env["lock"]), encoding="utf-8") as f:
+                lock = f.read()
+        except OSError as exc:
+            unread.append(_unread("drift.env_packages", f"the environment's lock {env['lock']}", str(exc)))
+        else:
+            python = f"{env['path']}/bin/python"
+            rc, out, err = run([python, "-m", "pip", "freeze", "--all", "--disable-pip-version-check"])
+            if rc == 0:
+                found["lock"], found["freeze"] = lock, out
+            else:
+                unread.append(
+                    _unread("drift.env_packages", "the environment's packages (pip freeze)", err or f"rc {rc}")
+                )
+    packages = sorted(recorded_packages(facts))
+    if packages:
+        rc, out, err = run(["dpkg-query", "-W", "-f", hostparse.DPKG_QUERY_FORMAT, *packages])
+        if rc in (0, 1):  # 1: a package dpkg does not know, which parse leaves out (not installed)
+            found["dpkg"] = hostparse.parse_dpkg_query(out)
+        else:
+            unread.append(_unread("drift.packages", "dpkg's state of NVIDIA's packages", err or f"rc {rc}"))
+    services = facts.get("gpu_services") or {}
+    units = [
+        f"{(services.get(k) or {}).get('unit') or unit}.service"
+        for k, unit in SERVICE_UNITS.items()
+        if isinstance(services.get(k), Mapping) and services[k].get("wanted")
+    ]
+    if units:
+        rc, out, err = run(["systemctl", "show", f"--property={hostparse.SYSTEMCTL_SHOW_PROPERTIES}", "--", *units])
+        if rc == 0:
+            found["services"] = hostparse.parse_systemctl_show(out)
+        else:
+            unread += [
+                _unread(f"drift.{k}", "systemd's state of the daemons gpu_services set up", err or f"rc {rc}")
+                for k in SERVICE_UNITS
+                if isinstance(services.get(k), Mapping) and services[k].get("wanted")
+            ]
+    return found, unread
+
+
+def _unread(check_id: str, what: str, error: str) -> Check:
+    return Check(
+        check_id,
+        "fail",
+        f"cannot read {what} on the host",
+        observed=error.strip()[-1000:],
+        expected="readable",
+        hint="drift judges what it can read; fix what the error names, or run playbooks/site.yml to rebuild it",
+    )
+
+
+def host_checks(
+    resolved: dict[str, Any],
+    converged: Mapping[str, Any] | None = None,
+    *,
+    run: Runner | None = None,
+) -> list[Check]:
+    """The drift checks of the host this runs on (its records in FACTS_DIR and RECORD), against the
+    declared (resolved) stack; converged: gpuenv_converged's comparison of the places site.yml
+    writes (drift.yml passes it)."""
+    facts = read_records(FACTS_DIR, RECORD)
+    found, unread = observe(facts, run or run_command)
+    checks = compare(resolved, facts, converged=converged, **found)
+    replaced = {c.id for c in unread}
+    return [c for c in checks if c.id not in replaced] + unread
 
 
 def stack_summary(resolved: dict[str, Any]) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """The GPUs an inventory's hosts have, read on the controller from what gpuenv recorded on them.
 
 Each provisioned host carries the local fact `gpuenv` (/etc/ansible/facts.d/gpuenv.fact, role
-stack_record): the stack the preflight checked, whose `resolved.gpus` lists the GPUs the stack file
-declared and those nvidia-smi found on the host (origin "detected"). The controller has no copy of
+stack_record: a link to the host's record of its stack, /etc/gpuenv/stack.json): the stack the
+preflight checked, whose `resolved.gpus` lists the GPUs the stack file declared and those
+nvidia-smi found on the host (origin "detected"). The controller has no copy of
 it after a run (ansible.cfg keeps no fact cache), so the hosts' local facts are saved with Ansible's
 own ad-hoc setup module, one JSON file per host (the `--tree` output):
 

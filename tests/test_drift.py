@@ -34,7 +34,7 @@ def _compare(facts: dict[str, Any] | None = None, **overrides: Any) -> dict[str,
     }
     args.update(overrides)
     resolved = facts["gpuenv"]["resolved"]
-    return {c["id"]: c for c in drift.compare(resolved, facts, **args)}
+    return {c.id: c.as_dict() for c in drift.compare(resolved, facts, **args)}
 
 
 def test_a_host_as_provisioned_has_no_drift() -> None:
@@ -85,10 +85,8 @@ def test_a_host_provisioned_for_another_stack() -> None:
     facts = _facts()
     declared = copy.deepcopy(facts["gpuenv"]["resolved"])
     declared["cuda"] = "12.4.1"
-    checks = {
-        c["id"]: c
-        for c in drift.compare(declared, facts, cuda_link="/usr/local/cuda-12.1", env_link=None, lock=None, freeze=None)
-    }
+    found = drift.compare(declared, facts, cuda_link="/usr/local/cuda-12.1", env_link=None, lock=None, freeze=None)
+    checks = {c.id: c.as_dict() for c in found}
     assert checks["drift.record"]["status"] == "fail"
     assert checks["drift.record"]["observed"]["cuda"] == facts["gpuenv"]["resolved"]["cuda"]
     assert checks["drift.cuda_default"]["status"] == "fail"
@@ -98,7 +96,8 @@ def test_a_host_provisioned_for_another_stack() -> None:
 
 def test_a_host_gpuenv_never_provisioned() -> None:
     resolved = _facts()["gpuenv"]["resolved"]
-    checks = {c["id"]: c for c in drift.compare(resolved, {}, cuda_link=None, env_link=None, lock=None, freeze=None)}
+    found = drift.compare(resolved, {}, cuda_link=None, env_link=None, lock=None, freeze=None)
+    checks = {c.id: c.as_dict() for c in found}
     assert checks["drift.record"]["observed"] == "no gpuenv record on the host"
     assert {c["status"] for c in checks.values()} == {"fail"}
 
@@ -110,22 +109,6 @@ def test_the_real_lock_and_freeze_parse() -> None:
     assert set(lock) <= set(frozen)
     assert "pip" in frozen
     assert "pip" not in lock
-
-
-def test_a_merged_report_counts_and_fails_with_its_drift() -> None:
-    report = {"schema_version": 1, "host": "sb1", "exit_code": 0, "counts": {}, "checks": []}
-    merged = model.merge(report, list(_compare(cuda_link="/usr/local/cuda-11.8").values()))
-    assert merged["exit_code"] == 1
-    assert merged["counts"] == {"pass": 7, "fail": 1, "warn": 0, "skip": 0}
-
-
-def test_a_host_verify_could_not_run_on_stays_failed_after_the_merge() -> None:
-    # playbooks/drift.yml's stand-in report when gpuenv-verify is missing on the host.
-    could_not_run = {"id": "drift.verify", "status": "fail", "summary": "gpuenv verify could not run on the host"}
-    report = {"schema_version": 1, "host": "sb1", "checks": [could_not_run]}
-    merged = model.merge(report, list(_compare().values()))
-    assert could_not_run in merged["checks"]
-    assert merged["exit_code"] == 1
 
 
 def test_the_summary_of_a_stack() -> None:
@@ -175,7 +158,7 @@ def test_the_rollout_summary_names_every_host(rollout: Any) -> None:
 
 
 # What gpu_services records (roles/gpu_services/tasks/record.yml) on an HGX host that got both
-# daemons, and what service_facts reports of their units.
+# daemons.
 SERVICES_RECORD = {
     "persistenced": {"wanted": True, "why": "auto: data-centre GPU A100", "unit": "nvidia-persistenced"},
     "fabricmanager": {"wanted": True, "why": "auto: 6 NVSwitches (10de:1af1, gen 2) on the PCI bus"},
@@ -183,30 +166,31 @@ SERVICES_RECORD = {
 }
 
 
-def _units(**status: str) -> dict[str, dict[str, str]]:
-    return {
-        f"{unit}.service": {"name": f"{unit}.service", "state": "running", "status": s, "source": "systemd"}
-        for unit, s in status.items()
-    }
+def _units(name: str) -> dict[str, dict[str, str]]:
+    """`systemctl show --property=Id,LoadState,ActiveState,UnitFileState -- nvidia-persistenced.service
+    nvidia-fabricmanager.service` on a sandbox host (tests/data/README.md)."""
+    return hostparse.parse_systemctl_show((DATA / f"systemctl-show-{name}.txt").read_text())
 
 
 def test_the_daemons_gpu_services_set_up_must_stay_enabled() -> None:
     facts = {**_facts(), "gpu_services": SERVICES_RECORD}
-    ok = _compare(facts, services=_units(**{"nvidia-persistenced": "enabled", "nvidia-fabricmanager": "enabled"}))
-    assert ok["drift.persistenced"]["status"] == ok["drift.fabricmanager"]["status"] == "pass"
-    # one disabled by hand, the other's package removed (no unit left)
-    bad = _compare(facts, services=_units(**{"nvidia-persistenced": "disabled"}))
+    # As gpu_services left them: persistenced enabled (its start failed: no GPU in the sandbox); no
+    # Fabric Manager installed on this host, so for the HGX record it is missing.
+    units = _units("enabled")
+    assert units["nvidia-persistenced.service"]["ActiveState"] == "failed"
+    assert units["nvidia-fabricmanager.service"]["LoadState"] == "not-found"
+    ok = _compare(facts, services=units)
+    assert ok["drift.persistenced"]["status"] == "pass"
+    assert "its last start failed: journalctl -u nvidia-persistenced" in ok["drift.persistenced"]["summary"]
+    assert ok["drift.fabricmanager"]["status"] == "fail"
+    assert "nvidia-fabricmanager is missing" in ok["drift.fabricmanager"]["summary"]
+    # disabled by hand: systemd says so whatever the last start did
+    bad = _compare(facts, services=_units("disabled"))
     assert bad["drift.persistenced"]["status"] == "fail"
     assert bad["drift.persistenced"]["observed"] == "disabled"
     assert "systemctl enable --now nvidia-persistenced" in bad["drift.persistenced"]["hint"]
-    assert bad["drift.fabricmanager"]["status"] == "fail"
-    assert "nvidia-fabricmanager is missing" in bad["drift.fabricmanager"]["summary"]
     # the toolkit is no daemon, and a service gpu_services left off is not checked
     assert "drift.container_toolkit" not in bad
-    # a unit whose start failed: service_facts reports the failure, not the enablement
-    failed = _compare(facts, services=_units(**{"nvidia-persistenced": "failed"}))["drift.persistenced"]
-    assert failed["status"] == "fail"
-    assert "journalctl -u nvidia-persistenced" in failed["summary"]
 
 
 def test_a_host_without_services_gets_no_service_checks() -> None:
@@ -284,3 +268,161 @@ def test_a_held_cudnn_package_unheld_and_upgraded_by_hand_is_named() -> None:
 
 def test_records_without_packages_add_no_package_check() -> None:
     assert "drift.packages" not in _compare(dpkg=HELD)
+
+
+# --- reading the host: gpuenv verify --drift ---------------------------------------------------------
+def _host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, facts: dict[str, Any]) -> Path:
+    """A host's records under tmp_path: the roles' records in facts.d, the stack's in stack.json."""
+    facts_dir = tmp_path / "facts.d"
+    facts_dir.mkdir()
+    for name, record in facts.items():
+        if name != "gpuenv":
+            (facts_dir / f"{name}.fact").write_text(json.dumps(record))
+    (tmp_path / "stack.json").write_text(json.dumps(facts["gpuenv"]))
+    monkeypatch.setattr(drift, "FACTS_DIR", str(facts_dir))
+    monkeypatch.setattr(drift, "RECORD", str(tmp_path / "stack.json"))
+    return facts_dir
+
+
+def _runner(calls: list[list[str]], **outputs: tuple[int, str, str]) -> Any:
+    """A stand-in for the commands drift runs, answering by the command's name (pip: the
+    environment's python -m pip) with (rc, stdout, stderr)."""
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        calls.append(argv)
+        return outputs["pip" if argv[1:3] == ["-m", "pip"] else Path(argv[0]).name]
+
+    return run
+
+
+def test_the_host_s_own_records_are_what_drift_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    facts = _facts()
+    facts_dir = _host(tmp_path, monkeypatch, facts)
+    (facts_dir / "broken.fact").write_text("[section]\nnot = json\n")  # a site's INI fact: not gpuenv's
+    read = drift.read_records(drift.FACTS_DIR, drift.RECORD)
+    assert read == facts  # the record of the stack from stack.json, the others from facts.d
+    # A record edited by hand is what drift.record compares with the inventory's stack.
+    edited = copy.deepcopy(facts["gpuenv"])
+    edited["resolved"]["cuda"] = "12.1.0"
+    (tmp_path / "stack.json").write_text(json.dumps(edited))
+    calls: list[list[str]] = []
+    run = _runner(calls, pip=(0, (DATA / "pip-freeze.txt").read_text(), ""))
+    checks = {c.id: c for c in drift.host_checks(facts["gpuenv"]["resolved"], None, run=run)}
+    assert checks["drift.record"].status == "fail"
+    assert checks["drift.record"].observed["cuda"] == "12.1.0"
+    # the lock the pytorch_env record names is not on this machine: drift says it cannot read it
+    assert checks["drift.env_packages"].status == "fail"
+    assert checks["drift.env_packages"].summary.startswith("cannot read the environment's lock")
+    assert calls == []  # no lock, no pip freeze to compare with it
+
+
+def test_drift_asks_pip_dpkg_and_systemd_on_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    facts = {**_repo_host(), "gpu_services": SERVICES_RECORD}
+    lock = tmp_path / "lock.txt"
+    lock.write_text((DATA / "lock.txt").read_text())
+    facts["pytorch_env"] = {**facts["pytorch_env"], "lock": str(lock)}
+    _host(tmp_path, monkeypatch, facts)
+    calls: list[list[str]] = []
+    run = _runner(
+        calls,
+        pip=(0, (DATA / "pip-freeze.txt").read_text(), ""),
+        **{
+            # rc 1: dpkg knows no cuda-toolkit-12-4 (removed and purged)
+            "dpkg-query": (1, "hi  libcudnn9-cuda-12 9.1.0.70-1\nii  libcudnn9-dev-cuda-12 9.1.0.70-1\n", ""),
+            "systemctl": (0, (DATA / "systemctl-show-disabled.txt").read_text(), ""),
+        },
+    )
+    checks = {c.id: c for c in drift.host_checks(facts["gpuenv"]["resolved"], None, run=run)}
+    assert checks["drift.env_packages"].status == "pass"
+    assert checks["drift.packages"].observed == [
+        "cuda-toolkit-12-4 is not installed (gpuenv installed 12.4.1-1)",
+        "libcudnn9-dev-cuda-12 is not held any more",
+    ]
+    assert checks["drift.persistenced"].observed == "disabled"
+    env_python = f"{facts['pytorch_env']['path']}/bin/python"
+    assert calls == [
+        [env_python, "-m", "pip", "freeze", "--all", "--disable-pip-version-check"],
+        [
+            "dpkg-query",
+            "-W",
+            "-f",
+            hostparse.DPKG_QUERY_FORMAT,
+            "cuda-toolkit-12-4",
+            "libcudnn9-cuda-12",
+            "libcudnn9-dev-cuda-12",
+        ],
+        [
+            "systemctl",
+            "show",
+            "--property=Id,LoadState,ActiveState,UnitFileState",
+            "--",
+            "nvidia-persistenced.service",
+            "nvidia-fabricmanager.service",
+        ],
+    ]
+    # What cannot be read fails the check that needed it, with the command's error, instead of
+    # judging from nothing (a dpkg database that is locked, a pip that is broken).
+    broken = _runner(
+        [],
+        pip=(1, "", "No module named pip"),
+        **{"dpkg-query": (2, "", "dpkg: error: parsing file"), "systemctl": (1, "", "Failed to connect to bus")},
+    )
+    checks = {c.id: c for c in drift.host_checks(facts["gpuenv"]["resolved"], None, run=broken)}
+    assert (checks["drift.env_packages"].status, checks["drift.env_packages"].observed) == (
+        "fail",
+        "No module named pip",
+    )
+    assert checks["drift.packages"].summary == "cannot read dpkg's state of NVIDIA's packages on the host"
+    assert checks["drift.persistenced"].observed == "Failed to connect to bus"
+    assert [c.id for c in drift.host_checks(facts["gpuenv"]["resolved"], None, run=broken)].count("drift.packages") == 1
+
+
+def test_verify_drift_reports_both_in_one_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gpuenv-verify --drift`: verify's checks and drift's in one report. Here verify cannot run
+    (the environment's Python is gone): drift still reads the host, and the report says both."""
+    from gpuenv.verify import cli  # noqa: PLC0415 - beside the drift tests it belongs with
+
+    facts = _facts()
+    _host(tmp_path, monkeypatch, facts)
+    monkeypatch.setattr(drift, "run_command", _runner([], pip=(0, (DATA / "pip-freeze.txt").read_text(), "")))
+    out = tmp_path / "report.json"
+    argv = ["--stack", drift.RECORD, "--json", str(out), "--python-missing", "/opt/gone/bin/python"]
+    places = {"converged": False, "differs": ["inputs", "watch:/etc/profile.d"], "why": "changed on the host since"}
+    assert cli.main([*argv, "--drift", "--drift-places", json.dumps(places)]) == 2
+    report = json.loads(out.read_text())
+    checks = {c["id"]: c for c in report["checks"]}
+    assert checks["verify.run"]["status"] == "fail"
+    assert checks["drift.record"]["status"] == "pass"  # --stack read the record: its resolved stack
+    assert checks["drift.since_last_run"]["observed"] == ["/etc/profile.d"]
+    assert report["stack_id"] == model.stack_id(facts["gpuenv"]["resolved"])
+    # without --drift, verify alone
+    assert cli.main(argv) == 2
+    assert [c["id"] for c in json.loads(out.read_text())["checks"]] == ["verify.run"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--drift-places", "{}"], "--drift-places goes with --drift"),
+        (["--drift", "--drift-places", "{not json"], "--drift-places: not JSON"),
+        (["--drift", "--drift-places", "[]"], "give the gpuenv_converged module's result"),
+    ],
+)
+def test_verify_refuses_drift_places_it_cannot_use(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuenv.verify import cli  # noqa: PLC0415 - beside the drift tests it belongs with
+
+    assert cli.main(["--stack", "-", *args]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_a_record_without_its_resolved_stack_is_refused(tmp_path: Path) -> None:
+    from gpuenv.verify import cli  # noqa: PLC0415 - beside the drift tests it belongs with
+
+    record = tmp_path / "stack.json"
+    record.write_text(json.dumps(_facts()["gpuenv"]))
+    assert cli.read_stack(str(record)) == _facts()["gpuenv"]["resolved"]
+    record.write_text(json.dumps({"declared": {"cuda": "12.4"}}))
+    with pytest.raises(ValueError, match="without its resolved stack"):
+        cli.read_stack(str(record))

@@ -100,8 +100,6 @@ def test_each_role_names_its_switch_points_and_fleet_upgrade_lists_none(
     assert got["links"] == got["points"]["links"]  # every one of them read
     assert sorted(got["points"]["records"]) == sorted(
         [
-            "/etc/ansible/facts.d/gpuenv.fact",
-            "/etc/gpuenv/stack.yml",
             "/etc/gpuenv/stack.json",
             "/etc/ansible/facts.d/cuda_toolkit.fact",
             "/etc/profile.d/gpuenv-cuda.sh",
@@ -123,7 +121,6 @@ def test_the_roles_with_switch_points_are_found_by_their_file(tmp_path: Path) ->
     assert gpuenv_roles_with(str(REPO / "roles"), "tasks/switch_points.yml") == [
         "cuda_toolkit",
         "cudnn",
-        "gpu_verify",
         "pytorch_env",
         "stack_record",
     ]

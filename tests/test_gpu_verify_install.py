@@ -1,7 +1,7 @@
-"""gpu_verify's install step in check mode on the controller: the files it would write, read from
-its diff (nothing is written). The stack file must be the JSON verify reads; a newline escaped
-inside a folded Jinja expression once made it `}\\n` (two characters), and every host's verify
-failed with "Extra data"."""
+"""gpu_verify's install step and stack_record in check mode on the controller: the files they would
+write, read from their diff (nothing is written). The host's record of its stack must be the JSON
+verify reads; a newline escaped inside a folded Jinja expression once made it `}\\n` (two
+characters), and every host's verify failed with "Extra data"."""
 
 from __future__ import annotations
 
@@ -20,20 +20,16 @@ REPO = Path(__file__).resolve().parents[1]
 RESOLVED = {"cuda": "12.4.1", "cudnn": "9.1.0.70", "torch": "2.5.1", "gpus": [{"label": "8.6", "cc": "8.6"}]}
 
 
-def test_the_stack_file_it_would_write_is_the_json_of_the_resolved_stack(
-    tmp_path: Path, venv_env: dict[str, str]
-) -> None:
+def _check_mode(
+    tmp_path: Path, venv_env: dict[str, str], role: str, tasks_from: str, play_vars: dict[str, object]
+) -> str:
+    """The output of ROLE's TASKS_FROM run in check mode with --diff on the controller."""
     play = [
         {
             "hosts": "localhost",
             "gather_facts": False,
-            "vars": {"gpu_stack_resolved": RESOLVED, "gpu_verify_home": str(tmp_path / "home")},
-            "tasks": [
-                {
-                    "name": "install",
-                    "ansible.builtin.include_role": {"name": "gpu_verify", "tasks_from": "install.yml"},
-                }
-            ],
+            "vars": play_vars,
+            "tasks": [{"name": "run", "ansible.builtin.include_role": {"name": role, "tasks_from": tasks_from}}],
         }
     ]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
@@ -49,10 +45,32 @@ def test_the_stack_file_it_would_write_is_the_json_of_the_resolved_stack(
         env=env, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
-    stack = _after(out.stdout, "/etc/gpuenv/stack.json")
-    assert json.loads(stack) == RESOLVED
-    assert stack.endswith("}\n")
-    assert _after(out.stdout, "/usr/local/bin/gpuenv-verify").startswith("#!/bin/sh\n")
+    return out.stdout
+
+
+def test_the_record_it_would_write_is_the_json_of_the_declared_and_resolved_stack(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    declared = {"profile": "torch-2.5-cu124", "os": "debian12"}
+    play_vars = {
+        "gpu_stack": declared,
+        "gpu_stack_resolved": RESOLVED,
+        "stack_record_facts_dir": str(tmp_path / "facts"),
+    }
+    output = _check_mode(tmp_path, venv_env, "stack_record", "main.yml", play_vars)
+    record = _after(output, "/etc/gpuenv/stack.json")
+    assert json.loads(record) == {"declared": declared, "resolved": RESOLVED}
+    assert record.endswith("}\n")
+    assert not (tmp_path / "facts").exists()  # check mode: nothing written
+
+
+def test_the_command_it_would_install_runs_verify_against_the_record(tmp_path: Path, venv_env: dict[str, str]) -> None:
+    play_vars = {"gpu_stack_resolved": RESOLVED, "gpu_verify_home": str(tmp_path / "home")}
+    output = _check_mode(tmp_path, venv_env, "gpu_verify", "install.yml", play_vars)
+    command = _after(output, "/usr/local/bin/gpuenv-verify")
+    assert command.startswith("#!/bin/sh\n")
+    assert "--stack /etc/gpuenv/stack.json" in command
+    assert "+++ after: /etc/gpuenv/stack.json" not in output  # stack_record's, not gpu_verify's
     assert not (tmp_path / "home").exists()  # check mode: nothing written
 
 

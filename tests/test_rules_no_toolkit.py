@@ -51,5 +51,5 @@ def test_verify_and_drift_skip_the_toolkit_with_the_reason() -> None:
     assert check.status == "skip"
     assert "no CUDA toolkit" in check.summary
     resolved = {"cuda": "none", "cudnn": "none", "driver": "550", "torch": "2.5.1", "torch_variant": "cu124"}
-    found = {c["id"]: c for c in compare(resolved, {}, cuda_link=None, env_link=None, lock=None, freeze=None)}
-    assert found["drift.cuda_default"]["status"] == found["drift.cuda_installed"]["status"] == "skip"
+    found = {c.id: c for c in compare(resolved, {}, cuda_link=None, env_link=None, lock=None, freeze=None)}
+    assert found["drift.cuda_default"].status == found["drift.cuda_installed"].status == "skip"

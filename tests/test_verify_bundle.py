@@ -44,6 +44,7 @@ def test_the_zipapp_holds_verify_and_the_parsers_it_imports_and_nothing_else() -
             "gpuenv.module_utils.gpuenv_hostparse",
             "gpuenv.module_utils.gpuenv_cudnn_version",
             "gpuenv.archcompat",
+            "gpuenv.drift",  # --drift
         }
         == shipped
     )

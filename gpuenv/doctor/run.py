@@ -17,7 +17,7 @@ from gpuenv.doctor.findings import Finding
 from gpuenv.doctor.host import Host
 from gpuenv.module_utils import gpuenv_hostparse as hostparse
 
-STACK_RECORD = "/etc/gpuenv/stack.json"  # what gpu_verify writes on a host gpuenv provisioned
+STACK_RECORD = "/etc/gpuenv/stack.json"  # the record stack_record writes on a host gpuenv provisioned
 
 
 @dataclass

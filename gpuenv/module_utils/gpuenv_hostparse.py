@@ -1,8 +1,8 @@
 """Parsers of what a host prints or holds, with the standard library alone.
 
 One parser per output: the controller's code (gpuenv.redist, gpuenv.drift, the driver's filters),
-gpuenv's own Ansible modules on the hosts (through plugins/module_utils/gpuenv_hostparse.py, a link
-to this file), gpuenv verify (which carries this file to the hosts in its zipapp) and the tests all
+gpuenv's own Ansible modules on the hosts (ansible.cfg names this folder as a module_utils folder),
+gpuenv verify (which carries this file to the hosts in its zipapp) and the tests all
 read these outputs here, so that a format change is mended in one place. Nothing here may import
 anything outside the standard library, nor anything of gpuenv's (Ansible ships this file alone),
 and the syntax stays Python 3.8's: verify runs it with the environment's own Python.
@@ -365,6 +365,23 @@ def ld_library_path(text: str, home: str) -> list[str]:
                 new.append(part.rstrip("/") or "/")
         current = list(dict.fromkeys(new))
     return current
+
+
+# --- systemctl show ------------------------------------------------------------------------------
+# The properties every reader of a unit's state asks `systemctl show --property=...` for.
+SYSTEMCTL_SHOW_PROPERTIES = "Id,LoadState,ActiveState,UnitFileState"
+
+
+def parse_systemctl_show(text: str) -> dict[str, dict[str, str]]:
+    """`systemctl show --property=SYSTEMCTL_SHOW_PROPERTIES -- UNIT...` as {unit id: {property:
+    value}}: one block of Key=Value lines per unit, blocks separated by a blank line. A unit that
+    does not exist has a block too, with LoadState=not-found."""
+    units: dict[str, dict[str, str]] = {}
+    for block in text.strip().split("\n\n"):
+        props = dict(line.partition("=")[::2] for line in block.splitlines() if "=" in line)
+        if props.get("Id"):
+            units[props["Id"]] = props
+    return units
 
 
 # --- deb822: a Packages index, a .deb's control, a Release file ----------------------------------

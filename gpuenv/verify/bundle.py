@@ -1,7 +1,7 @@
 """gpuenv verify as one file for the hosts: a zipapp of the verify package and the stdlib-only
-modules it imports (gpuenv.module_utils.gpuenv_hostparse, gpuenv.archcompat), which any Python from 3.8 runs as
-`python gpuenv_verify.pyz ...` with nothing installed but torch. The gpu_verify role builds it on
-the controller and copies it to each host, checking the copy's sha256:
+modules it imports (gpuenv.module_utils.gpuenv_hostparse, gpuenv.archcompat, gpuenv.drift), which
+any Python from 3.8 runs as `python gpuenv_verify.pyz ...` with nothing installed but torch. The
+gpu_verify role builds it on the controller and copies it to each host, checking the copy's sha256:
 
     python -m gpuenv.verify.bundle DIR    # prints {"path": ..., "sha256": ...}
 

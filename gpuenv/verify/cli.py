@@ -5,9 +5,14 @@ host runs it with its environment's own Python, as the one file the gpu_verify r
 
     /opt/gpuenv/envs/default/bin/python gpuenv_verify.pyz --stack /etc/gpuenv/stack.json
 
-`gpuenv verify` on the controller is the same code. --stack takes the resolved stack the preflight
-published (gpu_stack_resolved: torch, torch_cuda, torch_cudnn, torch_min_driver, cuda, cudnn),
-which the controller worked out from the compatibility data, so verify carries no data of its own.
+`gpuenv verify` on the controller is the same code. --stack takes the host's record of its stack
+(/etc/gpuenv/stack.json: {"declared": ..., "resolved": ...}, role stack_record) or a resolved stack
+alone (gpu_stack_resolved: torch, torch_cuda, torch_cudnn, torch_min_driver, cuda, cudnn), which the
+controller worked out from the compatibility data, so verify carries no data of its own.
+
+--drift adds what differs on the host from that stack (gpuenv.drift: the records, the links, the
+environment against its lock, NVIDIA's held packages, the daemons), as `drift.*` checks in the same
+report; playbooks/drift.yml runs it with the inventory's stack on stdin.
 
 Exit 0: every check passed (warnings allowed); 1: a check failed; 2: verify could not run.
 Every check has a stable id, a status (pass, fail, warn, skip), what it observed, what it expected,
@@ -48,6 +53,18 @@ def _parser() -> argparse.ArgumentParser:
         "with this environment's torch; proves nothing about a GPU)",
     )
     parser.add_argument(
+        "--drift",
+        action="store_true",
+        help="also report what differs on this host from the stack: its records, links, environment, "
+        "held packages and daemons (drift.* checks)",
+    )
+    parser.add_argument(
+        "--drift-places",
+        metavar="JSON",
+        help="with --drift: gpuenv_converged's comparison of the places site.yml writes with the stamp of "
+        "the last complete run (playbooks/drift.yml passes it)",
+    )
+    parser.add_argument(
         "--run", help="an id of the run this report belongs to (gpuenv report --run marks others stale)"
     )
     parser.add_argument(
@@ -84,6 +101,15 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     for option, path in (("--json", args.json_out), ("--junit", args.junit), ("--prom", args.prom)):
         if path and path != "-" and (problem := outputs.path_problem(option, path)):
             return problem
+    if args.drift_places is not None:
+        if not args.drift:
+            return "--drift-places goes with --drift"
+        try:
+            places = json.loads(args.drift_places)
+        except ValueError as exc:
+            return f"--drift-places: not JSON ({exc})"
+        if not isinstance(places, dict):
+            return "--drift-places: give the gpuenv_converged module's result, a JSON object"
     return None
 
 
@@ -107,7 +133,11 @@ def read_stack(source: str) -> dict[str, Any]:
         raise ValueError("nested too deeply to be a stack") from None
     if not isinstance(loaded, dict):
         raise ValueError(f"a JSON {type(loaded).__name__}, not an object")
-    return loaded
+    # The host's record holds the declared stack beside the resolved one; verify checks the resolved.
+    resolved = loaded.get("resolved")
+    if "declared" in loaded and not isinstance(resolved, dict):
+        raise ValueError("a stack record without its resolved stack: run playbooks/site.yml to write it again")
+    return resolved if isinstance(resolved, dict) else loaded
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             checks = could_not_run(
                 f"cannot read the stack to check against, {args.stack}",
                 str(exc),
-                "run playbooks/site.yml (gpu_verify writes /etc/gpuenv/stack.json), or pass --stack FILE",
+                "run playbooks/site.yml (stack_record writes /etc/gpuenv/stack.json), or pass --stack FILE",
             )
     if not checks and args.python_missing:
         checks = could_not_run(
@@ -151,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         watchdog.watch(finish)
         checks = _checks_or_why(expect, args, watchdog)
         watchdog.stop()
+    if args.drift and expect:
+        from gpuenv import drift  # noqa: PLC0415 - only with --drift
+
+        places = json.loads(args.drift_places) if args.drift_places else None
+        checks = checks + drift.host_checks(expect, places)
     return finish(checks)
 
 

@@ -91,18 +91,6 @@ def to_report(
     }
 
 
-def merge(report: Mapping[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
-    """A report with more checks in it (drift's): a check replaces the report's check of the same
-    id, any other stays (a stand-in's verify.run failure too), and the counts and the exit code
-    follow, so that the fleet report marks the host."""
-    merged = dict(report)
-    replaced = {c.get("id") for c in checks}
-    merged["checks"] = [c for c in report.get("checks", []) if c.get("id") not in replaced] + checks
-    merged["counts"] = counts(merged["checks"])
-    merged["exit_code"] = exit_code(merged["checks"])
-    return merged
-
-
 def could_not_run(summary: str, error: str, hint: str) -> list[Check]:
     """The checks of a run that could not check the host: one failing verify.run check that
     carries the error, so that the host shows as failed, never as missing or as its old report."""

@@ -12,39 +12,6 @@ from gpuenv import drift, stages
 from gpuenv.verify import model
 
 
-def gpuenv_drift(
-    resolved: dict[str, Any],
-    facts: dict[str, Any],
-    *,
-    cuda_link: str | None = None,
-    env_link: str | None = None,
-    lock: str | None = None,
-    freeze: str | None = None,
-    services: dict[str, Any] | None = None,
-    converged: dict[str, Any] | None = None,
-    dpkg: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """The drift.* checks of one host, in gpuenv verify's check format (services: service_facts'
-    ansible_facts.services; converged: the gpuenv_converged module's check of the host's stamp;
-    dpkg: gpuenv_host_state's dpkg state of the packages the records name)."""
-    return drift.compare(
-        dict(resolved or {}),
-        dict(facts or {}),
-        cuda_link=cuda_link or None,
-        env_link=env_link or None,
-        lock=lock,
-        freeze=freeze,
-        services=dict(services or {}),
-        converged=converged,
-        dpkg=dict(dpkg or {}),
-    )
-
-
-def gpuenv_merge_report(report: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
-    """A verify report with more checks in it, its counts and exit code recomputed."""
-    return model.merge(dict(report or {}), list(checks or []))
-
-
 def gpuenv_verify_failed_report(  # noqa: PLR0917 - a Jinja filter takes its arguments by position
     host: str, summary: str, error: Any, hint: str, expect: Any = None, run: Any = None
 ) -> dict[str, Any]:
@@ -102,8 +69,6 @@ def gpuenv_stage_steps(playbooks_dir: str, carried: dict[str, Any] | None = None
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "gpuenv_drift": gpuenv_drift,
-            "gpuenv_merge_report": gpuenv_merge_report,
             "gpuenv_roles_with": gpuenv_roles_with,
             "gpuenv_stack_summary": gpuenv_stack_summary,
             "gpuenv_stage_steps": gpuenv_stage_steps,

@@ -129,9 +129,9 @@ ROWS = [
         "the persistence daemon disabled",
         "sb2",
         "systemctl disable --quiet nvidia-persistenced",
-        # drift.persistenced reads service_facts, which reports a unit whose start failed as
-        # "failed" whatever its enabled state: the sandbox's daemon fails at every boot (no GPU).
-        (STAMP,),
+        # drift.persistenced reads the unit's enabled state from systemd, whatever its last start
+        # did (the sandbox's daemon fails at every boot: no GPU).
+        ("drift.persistenced", STAMP),
         "gpu_services",
         "systemctl is-enabled --quiet nvidia-persistenced",
     ),
@@ -170,8 +170,9 @@ ROWS = [
         "the stack record edited by hand (`/etc/gpuenv/stack.json`)",
         "sb3",
         'sed -i \'s/"cuda": "12.4.1"/"cuda": "12.1.1"/\' /etc/gpuenv/stack.json',
-        ("cuda_tree.toolkit", STAMP),
-        "stack_record, and gpu_verify (the stack verify reads)",
+        # verify checks the host against the edited record; drift compares it with the inventory's
+        ("cuda_tree.toolkit", "drift.record", STAMP),
+        "stack_record (the host's one record of its stack, which verify reads)",
         'grep -q \'"cuda": "12.4.1"\' /etc/gpuenv/stack.json',
     ),
     # sb4: CUDA 12.4 and cuDNN 9.1.
