@@ -221,9 +221,7 @@ class Bench:
             "ratio_of_medians": round(g / f, 3),
             "median_of_ratios": round(statistics.median(p["ratio"] for p in runs), 3),
             "stages_median": {
-                side: {
-                    stage: round(statistics.median(p[side]["stages"][stage] for p in runs), 1) for stage, _ in STAGES
-                }
+                side: {stage: round(statistics.median(p[side]["stages"][stage] for p in runs), 1) for stage in STAGES}
                 for side in ("gpuenv", "floor")
             },
         }

@@ -1,61 +1,69 @@
-"""site.yml's stages, named by its plays.
+"""site.yml's stages, keyed by identifiers, each named by the playbooks whose plays make it up.
 
-site.yml imports one playbook per step, and each brings one play (verify.yml two); a stage is what a
-person or a chart calls a group of them: the services beside the driver (persistence daemon, Fabric
-Manager, container toolkit) count with the driver, the record of the stack with the preflight. The
+site.yml imports one playbook per step (verify.yml brings two plays); a stage is what a person or a
+chart calls a group of them: the services beside the driver (persistence daemon, Fabric Manager,
+container toolkit) count with the driver, the record of the stack with the preflight. The
 benchmarks (bench/) sum play times per stage, the timing callback records each play's stage, and
-the progress callback (gpuenv_progress) shows a host's stage; all read this table, so a play
-renamed in playbooks/ is renamed here once (tests/test_progress_callback.py checks that
-every play of site.yml has its stage).
+the progress callback (gpuenv_progress) shows a host's stage; all read this table through the
+play's file (Ansible's play.get_path()), so a play may be renamed freely. A playbook of site.yml
+not named here is a stage of its own, named by its file.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "preflight",
-        (
-            "Preflight of the declared GPU stack",
-            "Compare each host with its last complete run",
-            "Record the checked stack on each host",
-        ),
-    ),
+STAGES: dict[str, tuple[str, ...]] = {
+    "preflight": ("preflight.yml", "converged.yml", "record.yml"),
     # The driver's two plays; site.yml runs the CUDA and environment stages between them (the
     # install in the background), so its time is the sum of the two, the wait for the install
     # included, not the install's own time.
-    ("driver", ("Install the NVIDIA driver", "Finish the NVIDIA driver stage", "Install the GPU services")),
+    "driver": ("driver_start.yml", "driver_finish.yml", "services.yml"),
     # The CUDA stage's two plays; site.yml runs the environment's between them (cuDNN's unpack in the
     # background), so its time is the sum of the two.
-    ("cuda", ("Install the CUDA toolkit and cuDNN", "Finish the CUDA stage")),
-    ("env", ("Install what the PyTorch environment takes from the OS", "Build the PyTorch environment")),
-    ("verify", ("Verify each host", "Write the fleet report", "Stamp each verified host for the next run")),
-)
+    "cuda": ("cuda_build.yml", "cuda_finish.yml"),
+    "env": ("env_packages.yml", "env.yml"),
+    "verify": ("verify.yml", "stamp.yml"),
+}
 
-_BY_PLAY = {play: stage for stage, plays in STAGES for play in plays}
+_BY_FILE = {playbook: stage for stage, playbooks in STAGES.items() for playbook in playbooks}
+# The playbooks that run site.yml's stages for other ends (a rollout, drift, onboarding, reports):
+# their plays belong to no stage.
+_PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
 
 
-def stage_of(play_name: str) -> str | None:
-    """The stage a play of site.yml belongs to; None for a play of another playbook."""
-    return _BY_PLAY.get(play_name.strip())
+def stage_of(play_path: str) -> str | None:
+    """The stage of a play of site.yml, from where the play is written (Ansible's play.get_path():
+    ".../playbooks/cuda_build.yml:3"); None for a play of another playbook. A stage playbook that
+    STAGES does not name is a stage of its own, named by its file."""
+    name = Path(play_path.rsplit(":", 1)[0]).name if play_path else ""
+    if name in _BY_FILE:
+        return _BY_FILE[name]
+    return Path(name).stem if name and name in _site_playbooks() else None
+
+
+@functools.cache
+def _site_playbooks() -> frozenset[str]:
+    """The files of site.yml's plays (read once: the callbacks ask for every play)."""
+    try:
+        return frozenset(Path(where).name for _, where in _plays(_PLAYBOOKS, "site.yml", ()))
+    except StagesError:
+        return frozenset()
 
 
 def stage_times(record: Mapping[str, Any]) -> dict[str, float]:
-    """Seconds per stage, every stage present, from a timing callback record (GPUENV_TIMING_FILE).
-
-    By play name rather than the record's own "stage": records written before it had one (the
-    saved benchmark results) sum the same way.
-    """
-    totals = dict.fromkeys((stage for stage, _ in STAGES), 0.0)
+    """Seconds per stage, every stage of STAGES present, from a timing callback record
+    (GPUENV_TIMING_FILE), by the stage it gave each play."""
+    totals = dict.fromkeys(STAGES, 0.0)
     for play in record["plays"]:
-        stage = stage_of(play["name"])
+        stage = play.get("stage")
         if stage is not None:
-            totals[stage] += play["wall_s"]
+            totals[stage] = totals.get(stage, 0.0) + play["wall_s"]
     return {stage: round(total, 1) for stage, total in totals.items()}
 
 
@@ -77,6 +85,9 @@ _HOSTS = "gpu_hosts"
 _CONTROLLER = "localhost"
 # The preflight's role: the rollout has run it for the whole fleet before the first batch.
 _PREFLIGHT_ROLE = "gpu_stack"
+# The start of every stage play (skip a converged host, the preflight where the run has none):
+# nothing a rollout runs, since it runs every stage in full after the fleet's preflight.
+_START_ROLE = "stage_start"
 # The role that lets site.yml skip a host as its last complete run left it: a rollout runs every
 # stage in full, so it neither compares nor stamps (the next site.yml run stamps), and the stage
 # plays' first tasks that skip such a host (their `when` reads this result) are not its steps.
@@ -92,10 +103,7 @@ def stage_steps(playbooks_dir: str | Path, carried: Mapping[str, Any] | None = N
     as vars; a step whose playbook gives its role a var the rollout does not give with the same value
     is refused, since the rollout would run that role differently from site.yml.
     """
-    base = Path(playbooks_dir)
-    steps: list[dict[str, Any]] = []
-    for play, where in _plays(base, "site.yml", ()):
-        steps += _play_steps(play, where)
+    steps = _steps(Path(playbooks_dir))
     carried = dict(carried or {})
     for step in steps:
         for var, value in step["vars"].items():
@@ -105,6 +113,20 @@ def stage_steps(playbooks_dir: str | Path, carried: Mapping[str, Any] | None = N
                     f"{'nothing' if var not in carried else repr(carried[var])}; add it to fleet_upgrade_stage_vars "
                     "(roles/fleet_upgrade/vars/main.yml), so that playbooks/upgrade.yml runs the role as site.yml does"
                 )
+    return steps
+
+
+def stage_roles(playbooks_dir: str | Path) -> list[str]:
+    """The preflight's role and every role site.yml's stages run on a host, each once, in site.yml's
+    order: whose settings count as a run's inputs (role converged), so that a stage added to site.yml
+    counts with no list to edit."""
+    return list(dict.fromkeys([_PREFLIGHT_ROLE, *(step["role"] for step in _steps(Path(playbooks_dir)))]))
+
+
+def _steps(base: Path) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = []
+    for play, where in _plays(base, "site.yml", ()):
+        steps += _play_steps(play, where)
     return steps
 
 
@@ -153,10 +175,10 @@ def _play_steps(play: dict[str, Any], where: str) -> list[dict[str, Any]]:
     if [step["role"] for step in roles] == [_PREFLIGHT_ROLE]:
         return []  # the preflight itself: a rollout runs it for the fleet before the first batch
     for task in play.get("pre_tasks") or []:
-        if not (_is_preflight_guard(task) or _is_converged_guard(task)):
+        if not (_is_stage_start(task) or _is_converged_guard(task)):
             raise StagesError(
-                f"{title} has a pre_task {task.get('name', task)!r}; only the preflight's guard and the skip of a"
-                " host as its last complete run left it are allowed there"
+                f"{title} has a pre_task {task.get('name', task)!r}; only the import of role {_START_ROLE} (and a"
+                " look at a host as its last complete run left it) is allowed there: move the task into a role"
             )
     steps = roles + [_task_step(task, title) for task in play.get("tasks") or []]
     if steps and all(step["role"] == _CONVERGED_ROLE for step in steps):
@@ -186,9 +208,9 @@ def _include(task: dict[str, Any]) -> dict[str, Any] | None:
     return args if isinstance(args, dict) else None
 
 
-def _is_preflight_guard(task: dict[str, Any]) -> bool:
+def _is_stage_start(task: dict[str, Any]) -> bool:
     args = _include(task)
-    return args is not None and args.get("name") == _PREFLIGHT_ROLE
+    return args is not None and args.get("name") == _START_ROLE
 
 
 def _is_converged_guard(task: dict[str, Any]) -> bool:

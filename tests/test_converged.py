@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from gpuenv.stages import stage_steps
+from gpuenv.stages import stage_roles, stage_steps
 from tests.conftest import REPO, load_plugin, run_tool
 
 # What a rollout gives the stage roles (roles/fleet_upgrade/vars/main.yml), for stage_steps.
@@ -46,11 +46,29 @@ def test_the_code_digest_follows_gpuenv_s_code_and_not_its_tests_or_caches(tmp_p
     assert len({first, second, filters.gpuenv_code_digest(str(tmp_path))}) == 3
 
 
-def test_every_setting_of_a_stage_role_counts_as_an_input() -> None:
-    roles = yaml.safe_load((REPO / "roles/converged/defaults/main.yml").read_text())["converged_roles"]
+def test_every_setting_of_a_stage_role_counts_as_an_input(tmp_path: Path) -> None:
+    # Read from site.yml's stages: the preflight's role, then each stage's roles once, in order.
+    roles = stage_roles(REPO / "playbooks")
+    assert roles == [
+        "gpu_stack",
+        "stack_record",
+        "pytorch_env",
+        "nvidia_driver",
+        "cuda_toolkit",
+        "cudnn",
+        "gpu_services",
+        "gpu_verify",
+    ]
+    # A stage added to site.yml counts with no list to edit; a stage's vars need no rollout here.
+    (tmp_path / "site.yml").write_text(
+        "- ansible.builtin.import_playbook: pre.yml\n- ansible.builtin.import_playbook: new.yml\n"
+    )
+    (tmp_path / "pre.yml").write_text("- name: Preflight\n  hosts: gpu_hosts\n  roles: [gpu_stack]\n")
+    (tmp_path / "new.yml").write_text(
+        "- name: New\n  hosts: gpu_hosts\n  roles:\n    - role: new_stage\n      vars: {new_stage_x: 1}\n"
+    )
+    assert stage_roles(tmp_path) == ["gpu_stack", "new_stage"]
     names = set(filters.gpuenv_role_options(str(REPO / "roles"), roles))
-    site_roles = {step["role"] for step in stage_steps(REPO / "playbooks", STAGE_VARS)}
-    assert site_roles <= set(roles)  # every role site.yml runs on a host
     for role in roles:
         defaults = yaml.safe_load((REPO / f"roles/{role}/defaults/main.yml").read_text()) or {}
         assert set(defaults) <= names, (role, set(defaults) - names)
@@ -69,9 +87,10 @@ PLAYBOOK = """
   hosts: all
   gather_facts: false
   pre_tasks:
-    - name: Skip this stage on a host as its last complete run left it
-      ansible.builtin.meta: end_host
-      when: converged_register_check.converged | default(false)
+    - name: Start the stage as every stage playbook does
+      ansible.builtin.import_role:
+        name: stage_start
+      tags: [always]
   tasks:
     - name: The stage's work
       ansible.builtin.debug:
@@ -91,7 +110,8 @@ def test_the_role_skips_a_stage_on_the_second_run_and_not_after_a_change(
     tmp_path: Path, venv_env: dict[str, str]
 ) -> None:
     """The plays as site.yml has them, on two local hosts: the inputs digested by the role's own
-    tasks (the settings read through the vars lookup), a stage skipped by its guard."""
+    tasks (the settings read through the vars lookup), a stage skipped by roles/stage_start, with
+    which every stage playbook starts."""
     (tmp_path / "site.yml").write_text(PLAYBOOK)
     (tmp_path / "tree").mkdir()
     hosts = {}
@@ -157,12 +177,17 @@ def test_site_yml_compares_after_the_preflight_skips_each_stage_and_verifies_and
     assert names[-1] == "Stamp each verified host for the next run"
     check_at = names.index("Compare each host with its last complete run")
     verify_at = names.index("Verify each host")
+
+    def start(play: dict[str, Any]) -> dict[str, Any]:
+        (task,) = [t for t in play.get("pre_tasks") or [] if "stage_start" in json.dumps(t)]
+        assert task["tags"] == ["always"], play["name"]
+        return dict(task.get("vars") or {})
+
+    # Every stage between the comparison and verify skips a converged host (the driver's, when its
+    # pinned driver is the one installed); verify runs on every host.
     for play in plays[check_at + 1 : verify_at]:
-        guards = [t for t in play.get("pre_tasks") or [] if t.get("ansible.builtin.meta") == "end_host"]
-        assert len(guards) == 1, play["name"]
-        assert "converged_register_check.converged" in guards[0]["when"]
-        assert guards[0]["tags"] == ["always"]
-    assert not any("converged" in json.dumps(t) for t in plays[verify_at].get("pre_tasks") or [])
+        assert start(play).get("stage_start_skip_converged", True) is not False, play["name"]
+    assert start(plays[verify_at]) == {"stage_start_skip_converged": False}
 
 
 def test_a_rollout_runs_every_stage_and_neither_compares_nor_stamps() -> None:

@@ -45,10 +45,15 @@ def test_every_event_the_default_callback_prints_reaches_the_log(progress: Modul
 
 # --- real runs ----------------------------------------------------------------------------------
 
-# Two plays named as site.yml's are, so the lines carry their stages; a change in the first, a
-# failure on h2 in the second (h1 goes on), and the fact gpuenv_rollout (enabled in ansible.cfg)
-# reports on, to see its summary still printed beside this callback.
-PLAYBOOK = """
+# Two plays in files named as site.yml's are (gpuenv.stages knows a play's stage by its file), so
+# the lines carry their stages; a change in the first, a failure on h2 in the second (h1 goes on),
+# and the fact gpuenv_rollout (enabled in ansible.cfg) reports on, to see its summary still printed
+# beside this callback.
+SITE = """
+- ansible.builtin.import_playbook: preflight.yml
+- ansible.builtin.import_playbook: driver_start.yml
+"""
+PREFLIGHT = """
 - name: Preflight of the declared GPU stack
   hosts: all
   gather_facts: false
@@ -62,6 +67,8 @@ PLAYBOOK = """
     - name: Say where the host stands
       ansible.builtin.set_fact:
         fleet_upgrade_outcome: {state: upgraded}
+"""
+DRIVER = """
 - name: Install the NVIDIA driver
   hosts: all
   gather_facts: false
@@ -92,7 +99,9 @@ def _run_env(tmp: Path, venv_env: dict[str, str], log: Path) -> dict[str, str]:
 def runs(tmp_path_factory: pytest.TempPathFactory, venv_env: dict[str, str]) -> dict[str, Any]:
     """The playbook run twice at once (a few seconds each): into a file, and on a pseudo-terminal."""
     tmp = tmp_path_factory.mktemp("progress")
-    (tmp / "site.yml").write_text(PLAYBOOK)
+    (tmp / "site.yml").write_text(SITE)
+    (tmp / "preflight.yml").write_text(PREFLIGHT)
+    (tmp / "driver_start.yml").write_text(DRIVER)
     host = f"ansible_connection=local ansible_python_interpreter={sys.executable}"
     (tmp / "hosts").write_text(f"h1 {host}\nh2 {host}\n")
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp / "hosts"), str(tmp / "site.yml")]
@@ -272,7 +281,7 @@ FETCH_TASKS = """
 @pytest.fixture(scope="module")
 def check_run(tmp_path_factory: pytest.TempPathFactory, venv_env: dict[str, str]) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("progress-check")
-    (tmp / "site.yml").write_text(RESCUE_PLAYBOOK)
+    (tmp / "verify.yml").write_text(RESCUE_PLAYBOOK)
     (tmp / "fetch.yml").write_text(FETCH_TASKS)
     (tmp / "markers").mkdir()
     local = f"ansible_connection=local ansible_python_interpreter={sys.executable}"
@@ -289,7 +298,7 @@ def check_run(tmp_path_factory: pytest.TempPathFactory, venv_env: dict[str, str]
         str(tmp / "hosts"),
         "-e",
         f"marker_dir={tmp / 'markers'}",
-        str(tmp / "site.yml"),
+        str(tmp / "verify.yml"),
     ]
     run = subprocess.run(
         cmd,

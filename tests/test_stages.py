@@ -1,5 +1,6 @@
-"""gpuenv/stages.py: every play of site.yml has its stage, and the timing callback and the
-benchmarks group play times by the same stages (the progress callback shows them)."""
+"""gpuenv/stages.py: a play's stage by its file, the timing callback and the benchmarks grouping
+play times by the same stages (the progress callback shows them), and site.yml's steps as a
+rollout runs them."""
 
 from __future__ import annotations
 
@@ -10,37 +11,49 @@ from typing import ClassVar
 import pytest
 import yaml
 
+from gpuenv import stages
 from gpuenv.stages import STAGES, StagesError, stage_of, stage_steps, stage_times
 from tests.conftest import REPO, load_plugin
 
 
-def test_every_play_of_site_yml_has_a_stage() -> None:
-    # A play renamed in playbooks/ without gpuenv/stages.py would show (and be benchmarked) as no stage.
-    site = yaml.safe_load((REPO / "playbooks/site.yml").read_text())
-    names = []
-    for entry in site:
-        for play in yaml.safe_load((REPO / "playbooks" / entry["ansible.builtin.import_playbook"]).read_text()):
-            names.append(play["name"])
-    assert len(names) >= 7
-    assert {n: stage_of(n) for n in names if stage_of(n) is None} == {}
-    assert [stage for stage, _ in STAGES] == ["preflight", "driver", "cuda", "env", "verify"]
-    assert stage_of("Install the GPU services") == "driver"
-    assert stage_of("Roll the stack out, a batch at a time") is None
+def test_a_play_s_stage_is_known_by_its_file_and_a_new_stage_playbook_is_a_stage_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert list(STAGES) == ["preflight", "driver", "cuda", "env", "verify"]
+    assert stage_of(str(REPO / "playbooks/services.yml") + ":3") == "driver"
+    assert stage_of("playbooks/verify.yml") == "verify"
+    assert stage_of(str(REPO / "playbooks/upgrade.yml") + ":12") is None  # a rollout's play, no stage of site.yml
+    assert stage_of("") is None
+    # A playbook site.yml imports that the table does not name: its own stage, by its file.
+    (tmp_path / "site.yml").write_text("- ansible.builtin.import_playbook: extra_tools.yml\n")
+    (tmp_path / "extra_tools.yml").write_text("- name: Extra tools\n  hosts: gpu_hosts\n  roles: [extra]\n")
+    monkeypatch.setattr(stages, "_PLAYBOOKS", tmp_path)
+    stages._site_playbooks.cache_clear()
+    try:
+        assert stage_of(str(tmp_path / "extra_tools.yml") + ":1") == "extra_tools"
+    finally:
+        stages._site_playbooks.cache_clear()
 
 
-class _Named:
-    def __init__(self, name: str) -> None:
+class _Play:
+    """What the callbacks read of a play: its name and where it is written."""
+
+    def __init__(self, name: str, path: str = "") -> None:
         self.name = name
+        self.path = path
 
     def get_name(self) -> str:
         return self.name
+
+    def get_path(self) -> str:
+        return self.path
 
 
 def test_the_timing_record_names_each_plays_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ansible")
     timing = load_plugin("plugins/callback/gpuenv_timing.py").CallbackModule()
-    timing.v2_playbook_on_play_start(_Named("Install the NVIDIA driver"))
-    timing.v2_playbook_on_play_start(_Named("A play of another playbook"))
+    timing.v2_playbook_on_play_start(_Play("Install the NVIDIA driver", f"{REPO}/playbooks/driver_start.yml:10"))
+    timing.v2_playbook_on_play_start(_Play("A play of another playbook", f"{REPO}/playbooks/drift.yml:16"))
 
     class Stats:
         processed: ClassVar[dict[str, int]] = {}
@@ -64,9 +77,9 @@ def test_the_timing_record_gives_each_task_the_controller_s_cpu_across_it(
     ticks = iter([1.0, 1.25, 1.25, 3.0])
     monkeypatch.setattr(plugin.CallbackModule, "_cpu", staticmethod(lambda: next(ticks)))
     timing = plugin.CallbackModule()
-    timing.v2_playbook_on_play_start(_Named("Verify each host"))
-    timing.v2_playbook_on_task_start(_Named("a"), False)
-    timing.v2_playbook_on_task_start(_Named("b"), False)
+    timing.v2_playbook_on_play_start(_Play("Verify each host"))
+    timing.v2_playbook_on_task_start(_Play("a"), False)
+    timing.v2_playbook_on_task_start(_Play("b"), False)
 
     class Stats:
         processed: ClassVar[dict[str, int]] = {}
@@ -78,11 +91,11 @@ def test_the_timing_record_gives_each_task_the_controller_s_cpu_across_it(
 
 
 def test_the_benchmarks_sum_play_times_by_the_same_stages() -> None:
-    # A record as the timing callback writes it (bench/ charts these sums); an older one has no "stage".
+    # A record as the timing callback writes it (bench/ charts these sums).
     record = {
         "plays": [
-            {"name": "Preflight of the declared GPU stack", "wall_s": 1.0},
-            {"name": "Record the checked stack on each host", "wall_s": 2.5},
+            {"name": "Preflight of the declared GPU stack", "stage": "preflight", "wall_s": 1.0},
+            {"name": "Record the checked stack on each host", "stage": "preflight", "wall_s": 2.5},
             {"name": "Install the GPU services", "stage": "driver", "wall_s": 3.0},
             {"name": "Not a play of site.yml", "stage": None, "wall_s": 100.0},
         ]
@@ -104,10 +117,12 @@ PREFLIGHT = """
 """
 GUARD = """
   pre_tasks:
-    - name: Check the declared stack, unless this run's preflight has
-      ansible.builtin.include_role:
-        name: gpu_stack
-      when: gpu_stack_resolved is undefined
+    - name: Start the stage
+      ansible.builtin.import_role:
+        name: stage_start
+      vars:
+        stage_start_skip_converged: false
+      tags: [always]
 """
 
 
@@ -158,6 +173,13 @@ def test_a_stage_s_roles_and_role_includes_are_steps_in_order_and_the_preflight_
             None,
             "a pre_task 'Something else'",
         ),
+        # The preflight's role as a pre_task of its own: roles/stage_start is the one start of a stage.
+        (
+            "  pre_tasks:\n    - name: Own guard\n      ansible.builtin.include_role: {name: gpu_stack}\n"
+            "  roles: [one]\n",
+            None,
+            "only the import of role stage_start",
+        ),
         ("  roles: [gpu_stack, one]\n", None, "runs the preflight's role gpu_stack beside others"),
         # A var the rollout does not give, or gives otherwise.
         ("  roles:\n    - role: one\n      vars: {one_x: 1}\n", None, "one_x: 1, and a rollout gives it nothing"),
@@ -171,6 +193,7 @@ def test_a_stage_s_roles_and_role_includes_are_steps_in_order_and_the_preflight_
         "play-vars",
         "plain-task",
         "other-pre-task",
+        "own-preflight-guard",
         "preflight-mixed",
         "var-not-carried",
         "var-differs",

@@ -247,7 +247,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]  # Ansible's base clas
             last = self._progress.play
             # A serial play starts once per batch, as the same play.
             index = self._plays.get(str(getattr(play, "_uuid", "")), last.index + 1 if last else 1)
-            self._progress.play_started(Play(index, max(self._total, index), name, stage_of(name)))
+            self._progress.play_started(Play(index, max(self._total, index), name, stage_of(play.get_path())))
 
     def v2_runner_on_start(self, host: Any, task: Any) -> None:
         self._forward("v2_runner_on_start", host, task)

@@ -77,7 +77,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]  # Ansible's base clas
     def v2_playbook_on_play_start(self, play: Any) -> None:
         self._close_play()
         name = play.get_name().strip()
-        self._plays.append({"name": name, "stage": stage_of(name), "start_s": self._now()})
+        self._plays.append({"name": name, "stage": stage_of(play.get_path()), "start_s": self._now()})
 
     def _task_start(self, task: Any, handler: bool = False) -> None:
         self._close_task()

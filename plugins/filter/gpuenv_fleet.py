@@ -66,11 +66,20 @@ def gpuenv_stage_steps(playbooks_dir: str, carried: dict[str, Any] | None = None
         raise AnsibleFilterError(f"fleet_upgrade cannot run site.yml's stages: {exc}") from exc
 
 
+def gpuenv_stage_roles(playbooks_dir: str) -> list[str]:
+    """The roles whose settings count as a run's inputs (gpuenv.stages.stage_roles), for role converged."""
+    try:
+        return stages.stage_roles(playbooks_dir)
+    except stages.StagesError as exc:
+        raise AnsibleFilterError(f"converged cannot read site.yml's stages: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "gpuenv_roles_with": gpuenv_roles_with,
             "gpuenv_stack_summary": gpuenv_stack_summary,
+            "gpuenv_stage_roles": gpuenv_stage_roles,
             "gpuenv_stage_steps": gpuenv_stage_steps,
             "gpuenv_upgrade_changes": gpuenv_upgrade_changes,
             "gpuenv_verify_failed_report": gpuenv_verify_failed_report,
