@@ -10,7 +10,8 @@ through the gpuenv_os_vars_files filter):
     <source>-default.yml                  redist-default.yml (any OS)
 
 <source> is the role's way of getting its software (nvidia_driver_source, cuda_toolkit_source,
-cudnn_source, pytorch_env_backend; ROLE_SELECTORS); a role with one way has no prefix. The file
+cudnn_source, pytorch_env_backend; role_selectors() finds each in the role's argument specs); a role
+with one way has no prefix. The file
 found sets the package manager and the package names. A file that defines `__<role>_unserved`
 (`__<role>_<part>_unserved` for a part with files of its own, gpu_services' toolkit-*.yml) says why
 the role cannot serve that OS (Debian's driver packages on Ubuntu, whose family is
@@ -21,6 +22,7 @@ naming the role.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,16 +30,38 @@ from typing import Any
 
 import yaml
 
-# role -> (the variable that picks its source, the role's default for it). The defaults are the
-# roles' own (defaults/main.yml; tests/test_osvars.py holds them equal): the preflight runs
-# in a play without those roles, where their defaults are not visible.
-ROLE_SELECTORS: dict[str, tuple[str, str]] = {
-    "nvidia_driver": ("nvidia_driver_source", "debian"),
-    "gpu_services": ("gpu_services_source", "debian"),
-    "cuda_toolkit": ("cuda_toolkit_source", "redist"),
-    "cudnn": ("cudnn_source", "tarball"),
-    "pytorch_env": ("pytorch_env_backend", "venv"),
-}
+from gpuenv.stages import StagesError, stage_roles
+
+
+@functools.cache
+def role_selectors(roles_dir: Path) -> dict[str, tuple[str, str | None]]:
+    """role -> (the variable that picks its source, the role's default for it), for every role under
+    roles_dir with vars files for more than one source (`<source>-<OS>.yml`): the option of its
+    argument specs whose choices name those sources, with the default the specs give. Read from the
+    roles, since the preflight runs in a play without them, where their defaults are not visible; a
+    new role with sources needs no list here. A default of None follows another role's source
+    (selections()). In site.yml's order where roles_dir has its playbooks beside it, so that the
+    preflight names the roles in the order they run."""
+    found: dict[str, tuple[str, str | None]] = {}
+    for vars_dir in sorted(roles_dir.glob("*/vars")):
+        sources = {p.name.split("-", 1)[0] for p in vars_dir.glob("*-*.yml")}
+        specs = vars_dir.parent / "meta" / "argument_specs.yml"
+        if not sources or not specs.is_file():
+            continue
+        options = (yaml.safe_load(specs.read_text(encoding="utf-8")) or {}).get("argument_specs", {})
+        options = (options.get("main") or {}).get("options") or {}
+        for name, option in options.items():
+            if sources & {str(c) for c in (option or {}).get("choices") or ()}:
+                default = option.get("default")
+                found[vars_dir.parent.name] = (str(name), None if default is None else str(default))
+                break
+    try:
+        order = stage_roles(roles_dir.parent / "playbooks")
+    except StagesError:
+        order = []
+    ranked = sorted(found, key=lambda role: (order.index(role) if role in order else len(order), role))
+    return {role: found[role] for role in ranked}
+
 
 # A source that installs nothing: the role has no OS files for it.
 _NOTHING = {"none"}
@@ -89,20 +113,24 @@ def unserved_by(vars_dir: Path, role: str, facts: Mapping[str, Any], prefix: str
     return f"{why} (roles/{role}/vars/{found.name})" if why else None
 
 
-def selections(settings: Mapping[str, Any], roles: Iterable[str] | None = None) -> dict[str, str | None]:
+def selections(
+    roles_dir: Path, settings: Mapping[str, Any], roles: Iterable[str] | None = None
+) -> dict[str, str | None]:
     """Each role of the run with its source, from the variables beside the stack (None or missing:
-    the role's default). roles: the play's roles; none but the preflight's own (site.yml's preflight
-    play), or None, means every stage of site.yml; a play of other roles (verify.yml alone) installs
-    nothing and checks none. A role whose source installs nothing is left out, and so is
-    nvidia_driver in nvidia_driver_mode: none."""
+    the role's default), for the roles under roles_dir. roles: the play's roles; none but the
+    preflight's own (site.yml's preflight play), or None, means every role with sources; a play of
+    other roles (verify.yml alone) installs nothing and checks none. A role whose source installs
+    nothing is left out, and so is nvidia_driver in nvidia_driver_mode: none."""
+    selectors = role_selectors(roles_dir)
     others = [r for r in (roles or ()) if r != "gpu_stack"]
-    wanted = [r for r in others if r in ROLE_SELECTORS] if others else list(ROLE_SELECTORS)
+    wanted = [r for r in others if r in selectors] if others else list(selectors)
     out: dict[str, str | None] = {}
     for role in wanted:
-        variable, default = ROLE_SELECTORS[role]
+        variable, default = selectors[role]
         source = str(settings.get(variable) or default)
         if role == "gpu_services" and not settings.get(variable):
-            source = str(settings.get("nvidia_driver_source") or default)
+            # gpu_services' daemons come from where the driver came from (its defaults/main.yml)
+            source = str(settings.get("nvidia_driver_source") or selectors["nvidia_driver"][1])
         if source in _NOTHING or (role == "nvidia_driver" and settings.get("nvidia_driver_mode") == "none"):
             continue
         out[role] = source
@@ -116,6 +144,7 @@ def unserved(roles_dir: Path, facts: Mapping[str, Any], chosen: Mapping[str, str
     for role, source in chosen.items():
         why = unserved_by(roles_dir / role / "vars", role, facts, source)
         if why is not None:
-            selector = f"{ROLE_SELECTORS[role][0]}: {source}" if role in ROLE_SELECTORS and source else None
+            selectors = role_selectors(roles_dir)
+            selector = f"{selectors[role][0]}: {source}" if role in selectors and source else None
             out.append(Unserved(role, selector, why, host))
     return out

@@ -51,7 +51,11 @@ def check_host(
         cudnn_fetch=cudnn_fetch_mode(given),
         nvswitches=nvswitches(str(lspci)) if lspci else (),
         services_settings={k: given.get(k) for k in SERVICES_SETTINGS},
-        unserved=(unserved(roles_dir, dict(os_facts), selections(given, play_roles)) if os_facts and roles_dir else ()),
+        unserved=(
+            unserved(roles_dir, dict(os_facts), selections(roles_dir, given, play_roles))
+            if os_facts and roles_dir
+            else ()
+        ),
     )
     result["text"] = format_text(result, verbose_sources=False)
     return result

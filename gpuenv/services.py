@@ -179,9 +179,9 @@ def driver_in_use(target: Any, record: Any, pin: Any) -> dict[str, Any]:
 
 def pick_package(madison: Mapping[str, Any], names: Sequence[str], version: str | None) -> dict[str, Any]:
     """The first of `names` that the repositories offer at `version` (its upstream part; None: the
-    newest offered), from `apt-cache madison`-style text per name (gpuenv_apt_index, or
-    repoquery_as_madison): {"name", "version" (the package's full version), "available" (per name),
-    "offered" (the same as one line, for refusals)}. name and version are None when none offers it."""
+    newest offered), from `apt-cache madison` text per name (gpuenv_apt_index): {"name", "version"
+    (the package's full version), "available" (per name), "offered" (the same as one line, for
+    refusals)}. name and version are None when none offers it."""
     available = {name: hostparse.parse_madison(str(madison.get(name) or "")) for name in names}
     offered = "; ".join(f"{name}: {', '.join(v) if v else 'none'}" for name, v in available.items())
     for name in names:
@@ -190,17 +190,6 @@ def pick_package(madison: Mapping[str, Any], names: Sequence[str], version: str 
         if chosen:
             return {"name": name, "version": chosen, "available": available, "offered": offered}
     return {"name": None, "version": None, "available": available, "offered": offered}
-
-
-def repoquery_as_madison(text: str) -> dict[str, str]:
-    """`dnf repoquery --queryformat '%{name} | %{version}-%{release} | %{repoid}\\n' A B` as one
-    madison-style text per package name, for pick_package."""
-    by_name: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) == 3 and parts[0]:
-            by_name.setdefault(parts[0], []).append(line.strip())
-    return {name: "\n".join(lines) for name, lines in by_name.items()}
 
 
 def can_start(proc_version: str | None, driver_version: str | None) -> dict[str, Any]:

@@ -87,7 +87,8 @@ _CONTROLLER = "localhost"
 _PREFLIGHT_ROLE = "gpu_stack"
 # The start of every stage play (skip a converged host, the preflight where the run has none):
 # nothing a rollout runs, since it runs every stage in full after the fleet's preflight.
-_START_ROLE = "stage_start"
+_START_TASKS = "tasks/stage_start.yml"
+_IMPORT_TASKS = ("ansible.builtin.import_tasks", "import_tasks")
 # The role that lets site.yml skip a host as its last complete run left it: a rollout runs every
 # stage in full, so it neither compares nor stamps (the next site.yml run stamps), and the stage
 # plays' first tasks that skip such a host (their `when` reads this result) are not its steps.
@@ -95,25 +96,15 @@ _CONVERGED_ROLE = "converged"
 _CONVERGED_RESULT = "converged_register_check"
 
 
-def stage_steps(playbooks_dir: str | Path, carried: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The roles site.yml runs on a host, in its order: {play, file, role, tasks_from, vars} per step.
+def stage_steps(playbooks_dir: str | Path) -> list[dict[str, Any]]:
+    """The roles site.yml runs on a host, in its order: {play, file, role, tasks_from, vars} per step,
+    vars being what the stage playbook gives the role.
 
-    fleet_upgrade runs these one by one inside its rescue block, so a stage added to site.yml is part
-    of the next rollout with no edit in fleet_upgrade. CARRIED is what the rollout gives every step
-    as vars; a step whose playbook gives its role a var the rollout does not give with the same value
-    is refused, since the rollout would run that role differently from site.yml.
+    fleet_upgrade runs these one by one inside its rescue block, each with its vars, so a stage
+    added to site.yml is part of the next rollout with no edit in fleet_upgrade. What a rollout could
+    not run as site.yml does is refused, naming the playbook (StagesError).
     """
-    steps = _steps(Path(playbooks_dir))
-    carried = dict(carried or {})
-    for step in steps:
-        for var, value in step["vars"].items():
-            if var not in carried or carried[var] != value:
-                raise StagesError(
-                    f"{step['file']} gives role {step['role']} {var}: {value!r}, and a rollout gives it "
-                    f"{'nothing' if var not in carried else repr(carried[var])}; add it to fleet_upgrade_stage_vars "
-                    "(roles/fleet_upgrade/vars/main.yml), so that playbooks/upgrade.yml runs the role as site.yml does"
-                )
-    return steps
+    return _steps(Path(playbooks_dir))
 
 
 def stage_roles(playbooks_dir: str | Path) -> list[str]:
@@ -177,7 +168,7 @@ def _play_steps(play: dict[str, Any], where: str) -> list[dict[str, Any]]:
     for task in play.get("pre_tasks") or []:
         if not (_is_stage_start(task) or _is_converged_guard(task)):
             raise StagesError(
-                f"{title} has a pre_task {task.get('name', task)!r}; only the import of role {_START_ROLE} (and a"
+                f"{title} has a pre_task {task.get('name', task)!r}; only the import of {_START_TASKS} (and a"
                 " look at a host as its last complete run left it) is allowed there: move the task into a role"
             )
     steps = roles + [_task_step(task, title) for task in play.get("tasks") or []]
@@ -209,8 +200,7 @@ def _include(task: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _is_stage_start(task: dict[str, Any]) -> bool:
-    args = _include(task)
-    return args is not None and args.get("name") == _START_ROLE
+    return any(str(task.get(key, "")).endswith(_START_TASKS) for key in _IMPORT_TASKS)
 
 
 def _is_converged_guard(task: dict[str, Any]) -> bool:

@@ -17,8 +17,6 @@ import yaml
 from gpuenv.stages import stage_roles, stage_steps
 from tests.conftest import REPO, load_plugin, run_tool
 
-# What a rollout gives the stage roles (roles/fleet_upgrade/vars/main.yml), for stage_steps.
-STAGE_VARS = yaml.safe_load((REPO / "roles/fleet_upgrade/vars/main.yml").read_text())["fleet_upgrade_stage_vars"]
 filters = load_plugin("plugins/filter/gpuenv_digest.py")
 
 
@@ -88,8 +86,7 @@ PLAYBOOK = """
   gather_facts: false
   pre_tasks:
     - name: Start the stage as every stage playbook does
-      ansible.builtin.import_role:
-        name: stage_start
+      ansible.builtin.import_tasks: {start}
       tags: [always]
   tasks:
     - name: The stage's work
@@ -110,9 +107,9 @@ def test_the_role_skips_a_stage_on_the_second_run_and_not_after_a_change(
     tmp_path: Path, venv_env: dict[str, str]
 ) -> None:
     """The plays as site.yml has them, on two local hosts: the inputs digested by the role's own
-    tasks (the settings read through the vars lookup), a stage skipped by roles/stage_start, with
-    which every stage playbook starts."""
-    (tmp_path / "site.yml").write_text(PLAYBOOK)
+    tasks (the settings read through the vars lookup), a stage skipped by playbooks/tasks/stage_start.yml,
+    with which every stage playbook starts."""
+    (tmp_path / "site.yml").write_text(PLAYBOOK.replace("{start}", str(REPO / "playbooks/tasks/stage_start.yml")))
     (tmp_path / "tree").mkdir()
     hosts = {}
     for h in ("h1", "h2"):
@@ -191,6 +188,6 @@ def test_site_yml_compares_after_the_preflight_skips_each_stage_and_verifies_and
 
 
 def test_a_rollout_runs_every_stage_and_neither_compares_nor_stamps() -> None:
-    steps = stage_steps(REPO / "playbooks", STAGE_VARS)
+    steps = stage_steps(REPO / "playbooks")
     assert "converged" not in {step["role"] for step in steps}
     assert [step["role"] for step in steps][:3] == ["stack_record", "pytorch_env", "nvidia_driver"]

@@ -128,7 +128,7 @@ def test_the_roles_with_switch_points_are_found_by_their_file(tmp_path: Path) ->
 
 def test_a_rollout_runs_site_yml_s_steps_in_its_order() -> None:
     # The stage playbooks are where the order lives; fleet_upgrade's loop reads them (gpuenv_stage_steps).
-    steps = gpuenv_stage_steps(str(REPO / "playbooks"), _stage_vars())
+    steps = gpuenv_stage_steps(str(REPO / "playbooks"))
     assert [(s["role"], s["tasks_from"]) for s in steps] == [
         ("stack_record", "main"),
         ("pytorch_env", "packages"),
@@ -153,23 +153,49 @@ def test_a_rollout_runs_site_yml_s_steps_in_its_order() -> None:
     assert steps[9]["file"] == "playbooks/driver_finish.yml"
 
 
-def _stage_vars() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "roles/fleet_upgrade/vars/main.yml").read_text())["fleet_upgrade_stage_vars"]
-
-
-def test_the_rollout_loop_gives_every_step_the_vars_the_stage_playbooks_give() -> None:
-    # The filter compares the playbooks' vars with fleet_upgrade_stage_vars; this checks that the loop
-    # really sets each of them, so that the check is not against a list nobody applies.
-    tasks = yaml.safe_load((REPO / "roles/fleet_upgrade/tasks/upgrade.yml").read_text())
-    [block] = [t["block"] for t in tasks if "block" in t]
-    loops = [t for t in block if "gpuenv_stage_steps" in str(t.get("loop", ""))]
-    assert len(loops) == 1
-    assert loops[0]["ansible.builtin.include_role"] == {
-        "name": "{{ item.role }}",
-        "tasks_from": "{{ item.tasks_from }}",
-    }
-    for var in _stage_vars():
-        assert loops[0]["vars"][var] == "{{ fleet_upgrade_stage_vars." + var + " }}"
+@pytest.mark.ansible
+def test_a_rollout_step_runs_its_role_with_the_vars_its_stage_playbook_gives(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    """fleet_upgrade's step (tasks/step.yml) on the controller: a role of a test stage, run with what
+    its playbook gives it over what the inventory says, and the vars kept for the stage's next step."""
+    role = tmp_path / "roles/probe/tasks"
+    role.mkdir(parents=True)
+    (role / "main.yml").write_text(
+        '- ansible.builtin.copy:\n    content: \'{{ {"x": probe_x, "y": probe_y} | to_json }}\'\n'
+        "    dest: '{{ test_out }}'\n    mode: '0644'\n"
+    )
+    (role / "later.yml").write_text(
+        "- ansible.builtin.copy:\n    content: '{{ probe_x | to_json }}'\n    dest: '{{ test_out }}.later'\n"
+        "    mode: '0644'\n"
+    )
+    steps = [
+        {"role": "probe", "tasks_from": "main", "vars": {"probe_x": True, "probe_y": [1, "a"]}, "file": "s.yml"},
+        {"role": "probe", "tasks_from": "later", "vars": {}, "file": "s.yml"},
+    ]
+    play = [
+        {
+            "hosts": "controller",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "ansible.builtin.include_role": {"name": "fleet_upgrade", "tasks_from": "step.yml"},
+                    "loop": steps,
+                    "loop_control": {"loop_var": "fleet_upgrade_step"},
+                }
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    out = tmp_path / "out.json"
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "test_out": str(out)}
+    inventory = tmp_path / "hosts.json"
+    inventory.write_text(json.dumps({"all": {"hosts": {"controller": {**host, "probe_x": False, "probe_y": 0}}}}))
+    env = {**venv_env, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_ROLES_PATH": f"{tmp_path / 'roles'}:{REPO / 'roles'}"}
+    run = run_tool("ansible-playbook", "-i", str(inventory), str(tmp_path / "play.yml"), env=env, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert json.loads(out.read_text()) == {"x": True, "y": [1, "a"]}  # the playbook's, over the inventory's
+    assert json.loads((tmp_path / "out.json.later").read_text()) is True  # kept for the stage's next step
 
 
 def test_a_stage_playbook_the_rollout_cannot_follow_is_an_ansible_error_that_says_so(tmp_path: Path) -> None:

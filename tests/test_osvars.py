@@ -58,10 +58,10 @@ def test_the_chain_runs_from_the_release_to_the_default() -> None:
 # archives serve any OS; NVIDIA's repositories serve what the role has tasks for.
 SERVED = {
     ("nvidia_driver", "debian"): {"debian12", "debian13"},
-    ("nvidia_driver", "nvidia_repo"): {"debian12", "debian13", "ubuntu2404", "rocky9", "rhel9"},
+    ("nvidia_driver", "nvidia_repo"): {"debian12", "debian13", "ubuntu2404"},
     ("gpu_services", "debian"): {"debian12", "debian13"},
-    ("gpu_services", "nvidia_repo"): {"debian12", "debian13", "ubuntu2404", "rocky9", "rhel9"},
-    ("gpu_services", "toolkit"): {"debian12", "debian13", "ubuntu2404", "rocky9", "rhel9"},
+    ("gpu_services", "nvidia_repo"): {"debian12", "debian13", "ubuntu2404"},
+    ("gpu_services", "toolkit"): {"debian12", "debian13", "ubuntu2404"},
     ("cuda_toolkit", "redist"): set(FACTS),
     ("cuda_toolkit", "debian"): {"debian12", "debian13"},
     ("cuda_toolkit", "nvidia_repo"): {"debian12", "debian13", "ubuntu2404"},
@@ -107,18 +107,30 @@ def test_every_os_vars_file_is_plain_yaml_and_a_refusal_is_plain_text() -> None:
             assert "{{" not in why, path
 
 
-def test_the_selectors_defaults_are_the_roles_own() -> None:
-    for role, (variable, default) in osvars.ROLE_SELECTORS.items():
-        defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text(encoding="utf-8"))
-        assert variable in defaults, role
-        # gpu_services follows the driver's source: its default is a template that ends in it;
-        # cuda_toolkit's is none where the stack declares no toolkit, else its own.
-        value = str(defaults[variable])
-        assert value == default or f"default('{default}')" in value or value.endswith(f"else '{default}' }}}}"), role
+def test_each_role_s_selector_is_read_from_its_argument_specs(tmp_path: Path) -> None:
+    assert osvars.role_selectors(ROLES) == {
+        "nvidia_driver": ("nvidia_driver_source", "debian"),
+        "gpu_services": ("gpu_services_source", None),  # follows the driver's source
+        "cuda_toolkit": ("cuda_toolkit_source", "redist"),
+        "cudnn": ("cudnn_source", "tarball"),
+        "pytorch_env": ("pytorch_env_backend", "venv"),
+    }
+    # A new role with two sources is found by its files and its specs alone, with no list to edit.
+    role = tmp_path / "new_role"
+    (role / "vars").mkdir(parents=True)
+    (role / "meta").mkdir()
+    for name in ("fast-default.yml", "slow-Debian.yml", "main.yml"):
+        (role / "vars" / name).write_text("---\n")
+    (role / "meta/argument_specs.yml").write_text(
+        "argument_specs:\n  main:\n    options:\n      new_role_flag: {type: bool}\n"
+        "      new_role_way: {type: str, choices: [fast, slow], default: fast}\n"
+    )
+    assert osvars.role_selectors(tmp_path) == {"new_role": ("new_role_way", "fast")}
+    assert osvars.selections(tmp_path, {"new_role_way": "slow"}) == {"new_role": "slow"}
 
 
 def test_the_run_s_roles_are_the_play_s_or_else_every_stage() -> None:
-    assert osvars.selections({}) == {
+    assert osvars.selections(ROLES, {}) == {
         "nvidia_driver": "debian",
         "gpu_services": "debian",
         "cuda_toolkit": "redist",
@@ -126,17 +138,17 @@ def test_the_run_s_roles_are_the_play_s_or_else_every_stage() -> None:
         "pytorch_env": "venv",
     }
     # site.yml's preflight play has only gpu_stack: every stage counts.
-    assert set(osvars.selections({}, ["gpu_stack"])) == set(osvars.ROLE_SELECTORS)
-    assert osvars.selections({"cudnn_source": "nvidia_repo"}, ["gpu_stack", "cuda_toolkit", "cudnn"]) == {
+    assert set(osvars.selections(ROLES, {}, ["gpu_stack"])) == set(osvars.role_selectors(ROLES))
+    assert osvars.selections(ROLES, {"cudnn_source": "nvidia_repo"}, ["gpu_stack", "cuda_toolkit", "cudnn"]) == {
         "cuda_toolkit": "redist",
         "cudnn": "nvidia_repo",
     }
     # playbooks/verify.yml alone installs nothing.
-    assert osvars.selections({}, ["gpu_verify", "gpu_stack"]) == {}
-    picked = osvars.selections({"nvidia_driver_source": "nvidia_repo", "cuda_toolkit_source": "none"})
+    assert osvars.selections(ROLES, {}, ["gpu_verify", "gpu_stack"]) == {}
+    picked = osvars.selections(ROLES, {"nvidia_driver_source": "nvidia_repo", "cuda_toolkit_source": "none"})
     assert picked["gpu_services"] == "nvidia_repo"
     assert "cuda_toolkit" not in picked
-    assert "nvidia_driver" not in osvars.selections({"nvidia_driver_mode": "none"})
+    assert "nvidia_driver" not in osvars.selections(ROLES, {"nvidia_driver_mode": "none"})
 
 
 def _check(facts: dict[str, str], settings: dict[str, Any], play_roles: list[str] | None = None) -> dict[str, Any]:
@@ -146,17 +158,19 @@ def _check(facts: dict[str, str], settings: dict[str, Any], play_roles: list[str
 def test_the_preflight_refuses_a_rocky_host_naming_each_role_that_cannot_serve_it() -> None:
     result = _check(FACTS["rocky9"], {})
     refused = [e for e in result["errors"] if e["rule"] == "os-role"]
-    assert [e["message"] for e in refused] == [
+    assert [e["message"] for e in refused] == [  # in the order site.yml runs them
+        "the pytorch_env role cannot serve Rocky 9.5 with pytorch_env_backend: venv",
         "the nvidia_driver role cannot serve Rocky 9.5 with nvidia_driver_source: debian",
         "the gpu_services role cannot serve Rocky 9.5 with gpu_services_source: debian",
-        "the pytorch_env role cannot serve Rocky 9.5 with pytorch_env_backend: venv",
     ]
     assert result["verdict"] == "incompatible"
     assert "the nvidia_driver role cannot serve Rocky 9.5" in result["text"]
-    # NVIDIA's repository serves the driver there; the environment still cannot be built.
+    # No RHEL-family path for the driver from NVIDIA's repository either (none could be tested here).
     result = _check(FACTS["rocky9"], {"nvidia_driver_source": "nvidia_repo"})
     assert [e["message"] for e in result["errors"] if e["rule"] == "os-role"] == [
-        "the pytorch_env role cannot serve Rocky 9.5 with pytorch_env_backend: venv"
+        "the pytorch_env role cannot serve Rocky 9.5 with pytorch_env_backend: venv",
+        "the nvidia_driver role cannot serve Rocky 9.5 with nvidia_driver_source: nvidia_repo",
+        "the gpu_services role cannot serve Rocky 9.5 with gpu_services_source: nvidia_repo",
     ]
     # playbooks/cuda.yml alone: NVIDIA's archives serve any OS.
     assert _check(FACTS["rocky9"], {}, ["gpu_stack", "cuda_toolkit", "cudnn"])["errors"] == []

@@ -174,18 +174,6 @@ def test_the_package_is_the_first_name_offered_at_the_drivers_version() -> None:
     assert services.pick_package(madison, names, None)["version"] == "550.90.07-1"
 
 
-def test_dnf_repoquery_reads_like_madison() -> None:
-    text = (
-        "nvidia-fabric-manager | 570.172.08-1 | cuda-rhel9-x86_64\n"
-        "nvidia-fabricmanager | 580.82.07-1 | cuda-rhel9-x86_64\n"
-        "nvidia-fabric-manager | 570.124.06-1 | cuda-rhel9-x86_64\n"
-    )
-    madison = services.repoquery_as_madison(text)
-    names = ["nvidia-fabric-manager", "nvidia-fabricmanager"]
-    assert services.pick_package(madison, names, "580.82.07")["name"] == "nvidia-fabricmanager"
-    assert services.pick_package(madison, names, "570.124.06")["version"] == "570.124.06-1"
-
-
 def test_a_daemon_starts_only_with_the_installed_driver_loaded() -> None:
     proc = (DATA / "proc-driver-nvidia-version-open-580.txt").read_text()
     assert services.can_start(proc, "580.95.05")["start"] is True

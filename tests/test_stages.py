@@ -118,19 +118,18 @@ PREFLIGHT = """
 GUARD = """
   pre_tasks:
     - name: Start the stage
-      ansible.builtin.import_role:
-        name: stage_start
+      ansible.builtin.import_tasks: tasks/stage_start.yml
       vars:
         stage_start_skip_converged: false
       tags: [always]
 """
 
 
-def _steps(tmp_path: Path, stage: str, carried: dict[str, object] | None = None) -> list[dict[str, object]]:
+def _steps(tmp_path: Path, stage: str) -> list[dict[str, object]]:
     (tmp_path / "site.yml").write_text(SITE)
     (tmp_path / "preflight.yml").write_text(PREFLIGHT)
     (tmp_path / "stage.yml").write_text(stage)
-    return stage_steps(tmp_path, carried)
+    return stage_steps(tmp_path)
 
 
 def test_a_stage_s_roles_and_role_includes_are_steps_in_order_and_the_preflight_is_not(tmp_path: Path) -> None:
@@ -142,7 +141,7 @@ def test_a_stage_s_roles_and_role_includes_are_steps_in_order_and_the_preflight_
         + "        tasks_from: last.yml\n        apply: {tags: [two]}\n"
         + "- name: A report on the controller\n  hosts: localhost\n  tasks:\n    - ansible.builtin.command: 'true'\n"
     )
-    steps = _steps(tmp_path, stage, {"two_later": False, "other": 1})
+    steps = _steps(tmp_path, stage)
     assert [(s["role"], s["tasks_from"], s["vars"], s["play"], s["file"]) for s in steps] == [
         ("one", "main", {}, "A stage", "playbooks/stage.yml"),
         ("two", "main", {"two_later": False}, "A stage", "playbooks/stage.yml"),
@@ -151,39 +150,32 @@ def test_a_stage_s_roles_and_role_includes_are_steps_in_order_and_the_preflight_
 
 
 @pytest.mark.parametrize(
-    ("stage", "carried", "said"),
+    ("stage", "said"),
     [
         # A condition the rollout would not evaluate: the role would run where site.yml skips it.
-        ("  roles:\n    - role: one\n      when: false\n", None, "gives role one ['when']"),
+        ("  roles:\n    - role: one\n      when: false\n", "gives role one ['when']"),
         (
             "  tasks:\n    - ansible.builtin.include_role: {name: one}\n      when: false\n",
-            None,
             "includes role one with ['when']",
         ),
-        ("  tasks:\n    - ansible.builtin.include_role: {name: one, public: true}\n", None, "with ['public']"),
-        ("  roles: [one]\n  post_tasks:\n    - ansible.builtin.debug: {msg: hi}\n", None, "has ['post_tasks']"),
-        ("  vars: {x: 1}\n  roles: [one]\n", None, "has ['vars']"),
+        ("  tasks:\n    - ansible.builtin.include_role: {name: one, public: true}\n", "with ['public']"),
+        ("  roles: [one]\n  post_tasks:\n    - ansible.builtin.debug: {msg: hi}\n", "has ['post_tasks']"),
+        ("  vars: {x: 1}\n  roles: [one]\n", "has ['vars']"),
         (
             "  tasks:\n    - name: A plain task\n      ansible.builtin.command: 'true'\n",
-            None,
             "the task 'A plain task'",
         ),
         (
             "  pre_tasks:\n    - name: Something else\n      ansible.builtin.command: 'true'\n  roles: [one]\n",
-            None,
             "a pre_task 'Something else'",
         ),
-        # The preflight's role as a pre_task of its own: roles/stage_start is the one start of a stage.
+        # The preflight's role as a pre_task of its own: tasks/stage_start.yml is the one start of a stage.
         (
             "  pre_tasks:\n    - name: Own guard\n      ansible.builtin.include_role: {name: gpu_stack}\n"
             "  roles: [one]\n",
-            None,
-            "only the import of role stage_start",
+            "only the import of tasks/stage_start.yml",
         ),
-        ("  roles: [gpu_stack, one]\n", None, "runs the preflight's role gpu_stack beside others"),
-        # A var the rollout does not give, or gives otherwise.
-        ("  roles:\n    - role: one\n      vars: {one_x: 1}\n", None, "one_x: 1, and a rollout gives it nothing"),
-        ("  roles:\n    - role: one\n      vars: {one_x: 1}\n", {"one_x": 2}, "one_x: 1, and a rollout gives it 2"),
+        ("  roles: [gpu_stack, one]\n", "runs the preflight's role gpu_stack beside others"),
     ],
     ids=[
         "role-when",
@@ -195,15 +187,11 @@ def test_a_stage_s_roles_and_role_includes_are_steps_in_order_and_the_preflight_
         "other-pre-task",
         "own-preflight-guard",
         "preflight-mixed",
-        "var-not-carried",
-        "var-differs",
     ],
 )
-def test_what_a_rollout_would_drop_is_refused_by_name(
-    tmp_path: Path, stage: str, carried: dict[str, object] | None, said: str
-) -> None:
+def test_what_a_rollout_would_drop_is_refused_by_name(tmp_path: Path, stage: str, said: str) -> None:
     with pytest.raises(StagesError, match=re.escape(said)) as caught:
-        _steps(tmp_path, "- name: A stage\n  hosts: gpu_hosts\n" + stage, carried)
+        _steps(tmp_path, "- name: A stage\n  hosts: gpu_hosts\n" + stage)
     assert "playbooks/stage.yml" in str(caught.value)
 
 

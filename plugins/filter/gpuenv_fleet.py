@@ -58,10 +58,10 @@ def gpuenv_roles_with(roles_dir: str, relpath: str) -> list[str]:
     return sorted(p.parts[-1 - len(Path(relpath).parts)] for p in Path(roles_dir).glob(f"*/{relpath}"))
 
 
-def gpuenv_stage_steps(playbooks_dir: str, carried: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def gpuenv_stage_steps(playbooks_dir: str) -> list[dict[str, Any]]:
     """site.yml's steps for fleet_upgrade's loop (gpuenv.stages.stage_steps), a refusal as the task's error."""
     try:
-        return stages.stage_steps(playbooks_dir, carried)
+        return stages.stage_steps(playbooks_dir)
     except stages.StagesError as exc:
         raise AnsibleFilterError(f"fleet_upgrade cannot run site.yml's stages: {exc}") from exc
 

@@ -45,10 +45,6 @@ def gpuenv_services_pick(madison: Any, names: Any, version: Any = None) -> dict[
     return services.pick_package(dict(madison or {}), [str(n) for n in names], str(version) if version else None)
 
 
-def gpuenv_services_repoquery(text: Any) -> dict[str, str]:
-    return services.repoquery_as_madison(str(text or ""))
-
-
 def gpuenv_services_can_start(proc_version: Any, driver_version: Any) -> dict[str, Any]:
     return services.can_start(str(proc_version) if proc_version else None, str(driver_version or "") or None)
 
@@ -65,7 +61,6 @@ class FilterModule:
             "gpuenv_services_plan": gpuenv_services_plan,
             "gpuenv_services_mode": gpuenv_services_mode,
             "gpuenv_services_pick": gpuenv_services_pick,
-            "gpuenv_services_repoquery": gpuenv_services_repoquery,
             "gpuenv_services_can_start": gpuenv_services_can_start,
             "gpuenv_services_docker_config": gpuenv_services_docker_config,
         }
