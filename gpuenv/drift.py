@@ -63,6 +63,17 @@ def lock_differences(lock: str, freeze: str) -> dict[str, list[str]]:
 SERVICE_UNITS = {"persistenced": "nvidia-persistenced", "fabricmanager": "nvidia-fabricmanager"}
 
 
+def wanted_services(record: Any) -> dict[str, str]:
+    """{key: unit} of the daemons gpu_services set up (its record, gpu_services.fact, says wanted)."""
+    if not isinstance(record, Mapping):
+        return {}
+    return {
+        key: str(record[key].get("unit") or unit)
+        for key, unit in SERVICE_UNITS.items()
+        if isinstance(record.get(key), Mapping) and record[key].get("wanted")
+    }
+
+
 def service_checks(record: Any, units: Mapping[str, Mapping[str, str]] | None) -> list[Check]:
     """drift.<service> for each daemon gpu_services set up (its record, gpu_services.fact, says
     wanted): its unit must exist and be enabled, as `systemctl show` reports it
@@ -70,13 +81,8 @@ def service_checks(record: Any, units: Mapping[str, Mapping[str, str]] | None) -
     enabled but whose last start failed is as gpu_services left it (the sandbox's daemons fail
     without a GPU); the summary says so, and verify's services checks judge the daemon itself."""
     checks: list[Check] = []
-    if not isinstance(record, Mapping):
-        return checks
-    for key, default_unit in SERVICE_UNITS.items():
-        entry = record.get(key)
-        if not isinstance(entry, Mapping) or not entry.get("wanted"):
-            continue
-        unit = str(entry.get("unit") or default_unit)
+    for key, unit in wanted_services(record).items():
+        entry = record[key]
         live = (units or {}).get(f"{unit}.service") or {}
         loaded = live.get("LoadState") not in (None, "", "not-found")
         status = (live.get("UnitFileState") or "unknown") if loaded else "missing"
@@ -118,10 +124,9 @@ def package_checks(facts: Mapping[str, Any], dpkg: Mapping[str, Any] | None) -> 
     recorded = recorded_packages(facts)
     if not recorded or dpkg is None:
         return []
-    state = dpkg
     problems = []
     for name, version in sorted(recorded.items()):
-        have = state.get(name) or {}
+        have = dpkg.get(name) or {}
         if have.get("state") != "i":
             problems.append(f"{name} is not installed (gpuenv installed {version})")
             continue
@@ -400,22 +405,15 @@ def observe(facts: Mapping[str, Any], run: Runner = run_command) -> tuple[dict[s
             found["dpkg"] = hostparse.parse_dpkg_query(out)
         else:
             unread.append(_unread("drift.packages", "dpkg's state of NVIDIA's packages", err or f"rc {rc}"))
-    services = facts.get("gpu_services") or {}
-    units = [
-        f"{(services.get(k) or {}).get('unit') or unit}.service"
-        for k, unit in SERVICE_UNITS.items()
-        if isinstance(services.get(k), Mapping) and services[k].get("wanted")
-    ]
-    if units:
+    daemons = wanted_services(facts.get("gpu_services"))
+    if daemons:
+        units = [f"{unit}.service" for unit in daemons.values()]
         rc, out, err = run(["systemctl", "show", f"--property={hostparse.SYSTEMCTL_SHOW_PROPERTIES}", "--", *units])
         if rc == 0:
             found["services"] = hostparse.parse_systemctl_show(out)
         else:
-            unread += [
-                _unread(f"drift.{k}", "systemd's state of the daemons gpu_services set up", err or f"rc {rc}")
-                for k in SERVICE_UNITS
-                if isinstance(services.get(k), Mapping) and services[k].get("wanted")
-            ]
+            what = "systemd's state of the daemons gpu_services set up"
+            unread += [_unread(f"drift.{key}", what, err or f"rc {rc}") for key in daemons]
     return found, unread
 
 
