@@ -11,7 +11,8 @@ through the gpuenv_os_vars_files filter):
 
 <source> is the role's way of getting its software (nvidia_driver_source, cuda_toolkit_source,
 cudnn_source, pytorch_env_backend; role_selectors() finds each in the role's argument specs); a role
-with one way has no prefix. The file found sets the package manager and the package names. A file that defines `__<role>_unserved`
+with one way has no prefix. The file found sets the package manager and the package names. A file
+that defines `__<role>_unserved`
 (`__<role>_<part>_unserved` for a part with files of its own, gpu_services' toolkit-*.yml) says why
 the role cannot serve that OS (Debian's driver packages on Ubuntu, whose family is
 Debian too); no file found says the same in general. The preflight reads the same files
