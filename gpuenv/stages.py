@@ -114,6 +114,39 @@ def stage_roles(playbooks_dir: str | Path) -> list[str]:
     return list(dict.fromkeys([_PREFLIGHT_ROLE, *(step["role"] for step in _steps(Path(playbooks_dir)))]))
 
 
+# What a stage role's meta/places.yml may name (plugins/modules/gpuenv_converged.py's options).
+PLACE_KINDS = ("watch", "walk", "read", "units", "pending")
+PLACES_FILE = "meta/places.yml"
+
+
+def stage_place_files(playbooks_dir: str | Path) -> list[str]:
+    """Each stage role's meta/places.yml, in site.yml's order (roles beside playbooks_dir): the places
+    the role writes, which the converged stamp fingerprints, so that a new stage declares them in
+    its own role. A role that writes nothing of its own has none."""
+    roles = Path(playbooks_dir).resolve().parent / "roles"
+    files = (roles / role / PLACES_FILE for role in stage_roles(playbooks_dir))
+    return [str(f) for f in files if f.is_file()]
+
+
+def merge_places(rendered: list[str], files: list[str]) -> dict[str, list[str]]:
+    """The places of every stage role, from each role's meta/places.yml as rendered with the host's
+    variables (RENDERED, in the order of FILES): each kind's entries once, in order."""
+    merged: dict[str, list[str]] = {kind: [] for kind in PLACE_KINDS}
+    for text, name in zip(rendered, files, strict=True):
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise StagesError(f"{name} is not YAML once rendered: {exc}") from exc
+        unknown = sorted(set(data) - set(PLACE_KINDS)) if isinstance(data, dict) else ["(not a mapping)"]
+        if unknown:
+            raise StagesError(f"{name} names {', '.join(map(str, unknown))}; its keys are {', '.join(PLACE_KINDS)}")
+        for kind, entries in data.items():
+            if not isinstance(entries, list) or not all(isinstance(e, str) and e for e in entries):
+                raise StagesError(f"{name}: {kind} must be a list of paths (units: of unit names)")
+            merged[kind] += [e for e in entries if e not in merged[kind]]
+    return merged
+
+
 def _steps(base: Path) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     for play, where in _plays(base, "site.yml", ()):

@@ -117,11 +117,8 @@ def test_the_role_skips_a_stage_on_the_second_run_and_not_after_a_change(
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
             "converged_stamp": str(tmp_path / f"{h}.json"),
-            "converged_watch": [],
+            "converged_places": {},
             "converged_walk": [str(tmp_path / "tree")],
-            "converged_read": [],
-            "converged_units": [],
-            "converged_pending": [],
             "converged_verify_report": "",
             "gpu_stack_resolved": {"driver": "535"},
             "pytorch_env_installer": "uv",
@@ -151,6 +148,47 @@ def test_the_role_skips_a_stage_on_the_second_run_and_not_after_a_change(
     assert ran(play("--skip-tags", "nothing")) == {"h1", "h2"}  # a partial run stamps nothing
     assert ran(play()) == {"h1", "h2"}
     assert ran(play()) == set()
+
+
+def test_each_stage_role_declares_the_places_it_writes_read_with_the_host_s_settings(
+    tmp_path: Path, venv_env: dict[str, str]
+) -> None:
+    """converged_places is every stage role's meta/places.yml, rendered with the host's variables
+    (a toolkit root set in the inventory is walked instead of the default), and the module reads
+    each, with the places a site adds: a new stage declares what it writes in its own role."""
+    (tmp_path / "play.yml").write_text(
+        "- name: Read the places\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Compare them\n      ansible.builtin.include_role:\n        name: converged\n"
+        "        tasks_from: places.yml\n"
+        "    - name: Keep what was read\n      ansible.builtin.copy:\n"
+        f"        dest: {tmp_path / 'prints.json'}\n        mode: '0644'\n"
+        "        content: '{{ converged_register_places.fingerprint | to_json }}'\n"
+    )
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "converged_stamp": str(tmp_path / "stamp.json"),
+        "cuda_toolkit_root": str(tmp_path / "cuda"),
+        "converged_walk": [str(tmp_path / "site")],
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h1": host}}}))
+    out = run_tool(
+        "ansible-playbook",
+        "-i",
+        str(tmp_path / "hosts.yml"),
+        str(tmp_path / "play.yml"),
+        env=venv_env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    prints = json.loads((tmp_path / "prints.json").read_text())
+    assert {f"walk:{tmp_path / 'cuda'}", f"walk:{tmp_path / 'site'}"} <= set(prints)
+    assert "walk:/opt/gpuenv/cuda" not in prints
+    for place in ("walk:/var/lib/dkms", "walk:/opt/gpuenv/envs", "walk:/opt/gpuenv/verify", "read:/etc/ld.so.cache"):
+        assert place in prints
+    for place in ("/var/lib/dpkg/status", "/etc/gpuenv", "/etc/ansible/facts.d", "/etc/cdi", "/usr/local/bin"):
+        assert f"watch:{place}" in prints
+    assert prints["units"] != "none"  # gpu_services' daemons
 
 
 # site.yml and the rollout.

@@ -258,9 +258,48 @@ def test_the_real_module_runs_as_ansible_runs_it(host: Path, venv_env: dict[str,
         "-m",
         "gpuenv_converged",
         "-a",
-        json.dumps(params(host, state="stamp", units=["gpuenv-test-absent"])),
+        json.dumps(
+            params(host, state="stamp", read=[], units=["gpuenv-test-absent"], places={"read": [str(host / "version")]})
+        ),
         env=venv_env,
         timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert json.loads((host / "state/converged.json").read_text())["format"] == mod.FORMAT
+    written = json.loads((host / "state/converged.json").read_text())
+    assert written["format"] == mod.FORMAT
+    assert f"read:{host / 'version'}" in written["fingerprint"]
+
+
+def test_the_places_the_stages_declare_count_with_those_a_site_adds(host: Path) -> None:
+    declared = {"watch": [str(host / "etc")], "read": [str(host / "version")], "pending": []}
+    p = mod.merge_places(params(host, places=declared, read=[], walk=[str(host / "trees"), str(host / "trees")]))
+    assert p["watch"] == [str(host / "etc")]  # declared and added: read once
+    assert p["read"] == [str(host / "version")]
+    assert p["walk"] == [str(host / "trees")]
+    assert mod.run(p | {"state": "stamp"}, False, None, no_systemctl)["stamped"]
+    (host / "version").write_text("550.54.15\n")  # a place only a stage role declared
+    result = mod.run(p, False, None, no_systemctl)
+    assert not result["converged"]
+    assert result["differs"] == [f"read:{host / 'version'}"]
+
+
+def test_a_place_of_an_unknown_kind_is_refused_by_name(host: Path, venv_env: dict[str, str]) -> None:
+    args = params(host, places={"watch": [str(host / "etc")], "wach": ["/etc"]})
+    out = run_tool(
+        "ansible",
+        "localhost",
+        "-c",
+        "local",
+        "-i",
+        "localhost,",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-m",
+        "gpuenv_converged",
+        "-a",
+        json.dumps(args),
+        env=venv_env,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert "wach" in out.stdout + out.stderr

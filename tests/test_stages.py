@@ -208,3 +208,30 @@ def test_a_playbook_that_imports_itself_or_cannot_be_read_is_refused(tmp_path: P
     (tmp_path / "site.yml").write_text("- ansible.builtin.import_playbook: missing.yml\n")
     with pytest.raises(StagesError, match="cannot read the stage playbook"):
         stage_steps(tmp_path)
+
+
+def test_a_new_stage_s_places_are_read_from_its_role_and_a_bad_places_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks/site.yml").write_text(
+        "- ansible.builtin.import_playbook: pre.yml\n- ansible.builtin.import_playbook: new.yml\n"
+    )
+    (tmp_path / "playbooks/pre.yml").write_text("- name: Preflight\n  hosts: gpu_hosts\n  roles: [gpu_stack]\n")
+    (tmp_path / "playbooks/new.yml").write_text("- name: New\n  hosts: gpu_hosts\n  roles: [new_stage, quiet]\n")
+    (tmp_path / "roles/new_stage/meta").mkdir(parents=True)
+    places = tmp_path / "roles/new_stage/meta/places.yml"
+    places.write_text("walk: [/opt/new]\n")
+    # Only the roles that have one; a role that writes nothing of its own has none.
+    assert stages.stage_place_files(tmp_path / "playbooks") == [str(places)]
+    rendered = ["watch: [/etc/a, /etc/b]\nunits: [x]\n", "watch: [/etc/b]\nwalk: [/opt/new]\n"]
+    merged = stages.merge_places(rendered, ["a", "b"])
+    assert merged == {"watch": ["/etc/a", "/etc/b"], "walk": ["/opt/new"], "read": [], "units": ["x"], "pending": []}
+    assert stages.merge_places([""], ["empty"])["watch"] == []
+    for text, said in (
+        ("wach: [/etc]\n", "names wach; its keys are watch, walk, read, units, pending"),
+        ("watch: /etc\n", "watch must be a list"),
+        ("- /etc\n", "not a mapping"),
+        ("watch: [\n", "is not YAML"),
+    ):
+        with pytest.raises(StagesError, match=re.escape(said)) as info:
+            stages.merge_places([text], [str(places)])
+        assert str(places) in str(info.value)

@@ -74,12 +74,30 @@ def gpuenv_stage_roles(playbooks_dir: str) -> list[str]:
         raise AnsibleFilterError(f"converged cannot read site.yml's stages: {exc}") from exc
 
 
+def gpuenv_stage_place_files(playbooks_dir: str) -> list[str]:
+    """Each stage role's meta/places.yml (gpuenv.stages.stage_place_files), for role converged."""
+    try:
+        return stages.stage_place_files(playbooks_dir)
+    except stages.StagesError as exc:
+        raise AnsibleFilterError(f"converged cannot read site.yml's stages: {exc}") from exc
+
+
+def gpuenv_places(rendered: list[str], files: list[str]) -> dict[str, list[str]]:
+    """The stage roles' places merged (gpuenv.stages.merge_places), a bad file as the task's error."""
+    try:
+        return stages.merge_places(rendered, files)
+    except stages.StagesError as exc:
+        raise AnsibleFilterError(f"converged cannot read the places a stage writes: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "gpuenv_roles_with": gpuenv_roles_with,
             "gpuenv_stack_summary": gpuenv_stack_summary,
             "gpuenv_stage_roles": gpuenv_stage_roles,
+            "gpuenv_stage_place_files": gpuenv_stage_place_files,
+            "gpuenv_places": gpuenv_places,
             "gpuenv_stage_steps": gpuenv_stage_steps,
             "gpuenv_upgrade_changes": gpuenv_upgrade_changes,
             "gpuenv_verify_failed_report": gpuenv_verify_failed_report,

@@ -53,6 +53,38 @@ options:
     description: The digest of the run's inputs, computed on the controller (the gpuenv_digest filter).
     type: str
     required: true
+  places:
+    description:
+      - The places the stages declare (each stage role's C(meta/places.yml)), read as the options of
+        the same names are; I(watch), I(walk), I(read), I(units) and I(pending) add to them.
+    type: dict
+    default: {}
+    suboptions:
+      watch:
+        description: As I(watch).
+        type: list
+        elements: path
+        default: []
+      walk:
+        description: As I(walk).
+        type: list
+        elements: path
+        default: []
+      read:
+        description: As I(read).
+        type: list
+        elements: path
+        default: []
+      units:
+        description: As I(units).
+        type: list
+        elements: str
+        default: []
+      pending:
+        description: As I(pending).
+        type: list
+        elements: path
+        default: []
   watch:
     description: Paths (globs allowed) read with their entries one level down.
     type: list
@@ -140,6 +172,16 @@ fingerprint:
 """
 
 FORMAT = 1
+# The kinds of place, each an option of its own and a key of I(places), with its elements' type.
+KINDS = ("watch", "walk", "read", "units", "pending")
+ELEMENTS = {"watch": "path", "walk": "path", "read": "path", "units": "str", "pending": "path"}
+
+
+def merge_places(params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters with each kind's places from I(places) and the option of its name, each once."""
+    declared = params.get("places") or {}
+    merged = {k: list(dict.fromkeys([*(declared.get(k) or []), *(params.get(k) or [])])) for k in KINDS}
+    return {**params, **merged}
 
 
 def load_stamp(path: str) -> dict[str, Any] | None:
@@ -212,6 +254,11 @@ def main() -> None:
             "state": {"type": "str", "choices": ["check", "stamp"], "default": "check"},
             "path": {"type": "path", "default": "/var/lib/gpuenv/converged.json"},
             "inputs": {"type": "str", "required": True},
+            "places": {
+                "type": "dict",
+                "default": {},
+                "options": {kind: {"type": "list", "elements": ELEMENTS[kind], "default": []} for kind in KINDS},
+            },
             "watch": {"type": "list", "elements": "path", "default": []},
             "walk": {"type": "list", "elements": "path", "default": []},
             "read": {"type": "list", "elements": "path", "default": []},
@@ -223,7 +270,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    p = module.params
+    p = merge_places(module.params)
     module.exit_json(**run(p, module.check_mode, module.get_bin_path("systemctl"), module.run_command))
 
 
