@@ -23,26 +23,39 @@ naming the role.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
 from gpuenv.stages import StagesError, stage_roles
 
 
+class Selector(NamedTuple):
+    """The variable that picks a role's source, the role's default for it, and the variable whose
+    value that default follows where the role's defaults say so (gpu_services_source: the driver's)."""
+
+    variable: str
+    default: str | None
+    follows: str | None = None
+
+
+# A default that follows another variable: "{{ nvidia_driver_source | default('debian') }}".
+_FOLLOWS = re.compile(r"^\{\{\s*(\w+)\s*\|\s*default\(\s*'([^']*)'\s*\)\s*\}\}$")
+
+
 @functools.cache
-def role_selectors(roles_dir: Path) -> dict[str, tuple[str, str | None]]:
-    """role -> (the variable that picks its source, the role's default for it), for every role under
-    roles_dir with vars files for more than one source (`<source>-<OS>.yml`): the option of its
-    argument specs whose choices name those sources, with the default the specs give. Read from the
-    roles, since the preflight runs in a play without them, where their defaults are not visible; a
-    new role with sources needs no list here. A default of None follows another role's source
-    (selections()). In site.yml's order where roles_dir has its playbooks beside it, so that the
-    preflight names the roles in the order they run."""
-    found: dict[str, tuple[str, str | None]] = {}
+def role_selectors(roles_dir: Path) -> dict[str, Selector]:
+    """role -> its Selector, for every role under roles_dir with vars files for more than one
+    source (`<source>-<OS>.yml`): the option of its argument specs whose choices name those sources,
+    with the default the specs give, or else the role's defaults/main.yml (which may follow another
+    variable). Read from the roles, since the preflight runs in a play without them, where their
+    defaults are not visible; a new role with sources needs no list here. In site.yml's order where
+    roles_dir has its playbooks beside it, so that the preflight names the roles in the order they run."""
+    found: dict[str, Selector] = {}
     for vars_dir in sorted(roles_dir.glob("*/vars")):
         sources = {p.name.split("-", 1)[0] for p in vars_dir.glob("*-*.yml")}
         specs = vars_dir.parent / "meta" / "argument_specs.yml"
@@ -52,8 +65,7 @@ def role_selectors(roles_dir: Path) -> dict[str, tuple[str, str | None]]:
         options = (options.get("main") or {}).get("options") or {}
         for name, option in options.items():
             if sources & {str(c) for c in (option or {}).get("choices") or ()}:
-                default = option.get("default")
-                found[vars_dir.parent.name] = (str(name), None if default is None else str(default))
+                found[vars_dir.parent.name] = _selector(vars_dir.parent, str(name), option.get("default"))
                 break
     try:
         order = stage_roles(roles_dir.parent / "playbooks")
@@ -61,6 +73,18 @@ def role_selectors(roles_dir: Path) -> dict[str, tuple[str, str | None]]:
         order = []
     ranked = sorted(found, key=lambda role: (order.index(role) if role in order else len(order), role))
     return {role: found[role] for role in ranked}
+
+
+def _selector(role_dir: Path, variable: str, spec_default: Any) -> Selector:
+    if spec_default is not None:
+        return Selector(variable, str(spec_default))
+    defaults_file = role_dir / "defaults" / "main.yml"
+    defaults = yaml.safe_load(defaults_file.read_text(encoding="utf-8")) if defaults_file.is_file() else None
+    default = (defaults or {}).get(variable) if isinstance(defaults, Mapping) else None
+    follows = _FOLLOWS.match(str(default)) if default is not None else None
+    if follows:
+        return Selector(variable, follows[2], follows[1])
+    return Selector(variable, None if default is None else str(default))
 
 
 # A source that installs nothing: the role has no OS files for it.
@@ -124,13 +148,21 @@ def selections(
     selectors = role_selectors(roles_dir)
     others = [r for r in (roles or ()) if r != "gpu_stack"]
     wanted = [r for r in others if r in selectors] if others else list(selectors)
+    by_variable = {selector.variable: selector for selector in selectors.values()}
+
+    def value(selector: Selector, seen: frozenset[str]) -> str:
+        # Set, or else the default; a default that follows another role's selector takes that one's.
+        given = settings.get(selector.variable)
+        if given or selector.follows is None:
+            return str(given or selector.default)
+        followed = by_variable.get(selector.follows)
+        if followed is not None and followed.variable not in seen:
+            return value(followed, seen | {selector.variable})
+        return str(settings.get(selector.follows) or selector.default)
+
     out: dict[str, str | None] = {}
     for role in wanted:
-        variable, default = selectors[role]
-        source = str(settings.get(variable) or default)
-        if role == "gpu_services" and not settings.get(variable):
-            # gpu_services' daemons come from where the driver came from (its defaults/main.yml)
-            source = str(settings.get("nvidia_driver_source") or selectors["nvidia_driver"][1])
+        source = value(selectors[role], frozenset())
         if source in _NOTHING or (role == "nvidia_driver" and settings.get("nvidia_driver_mode") == "none"):
             continue
         out[role] = source
@@ -145,6 +177,6 @@ def unserved(roles_dir: Path, facts: Mapping[str, Any], chosen: Mapping[str, str
         why = unserved_by(roles_dir / role / "vars", role, facts, source)
         if why is not None:
             selectors = role_selectors(roles_dir)
-            selector = f"{selectors[role][0]}: {source}" if role in selectors and source else None
+            selector = f"{selectors[role].variable}: {source}" if role in selectors and source else None
             out.append(Unserved(role, selector, why, host))
     return out

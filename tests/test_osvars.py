@@ -109,11 +109,12 @@ def test_every_os_vars_file_is_plain_yaml_and_a_refusal_is_plain_text() -> None:
 
 def test_each_role_s_selector_is_read_from_its_argument_specs(tmp_path: Path) -> None:
     assert osvars.role_selectors(ROLES) == {
-        "nvidia_driver": ("nvidia_driver_source", "debian"),
-        "gpu_services": ("gpu_services_source", None),  # follows the driver's source
-        "cuda_toolkit": ("cuda_toolkit_source", "redist"),
-        "cudnn": ("cudnn_source", "tarball"),
-        "pytorch_env": ("pytorch_env_backend", "venv"),
+        "nvidia_driver": ("nvidia_driver_source", "debian", None),
+        # Its defaults/main.yml: the driver's source, "debian" where that is not set either.
+        "gpu_services": ("gpu_services_source", "debian", "nvidia_driver_source"),
+        "cuda_toolkit": ("cuda_toolkit_source", "redist", None),
+        "cudnn": ("cudnn_source", "tarball", None),
+        "pytorch_env": ("pytorch_env_backend", "venv", None),
     }
     # A new role with two sources is found by its files and its specs alone, with no list to edit.
     role = tmp_path / "new_role"
@@ -125,8 +126,25 @@ def test_each_role_s_selector_is_read_from_its_argument_specs(tmp_path: Path) ->
         "argument_specs:\n  main:\n    options:\n      new_role_flag: {type: bool}\n"
         "      new_role_way: {type: str, choices: [fast, slow], default: fast}\n"
     )
-    assert osvars.role_selectors(tmp_path) == {"new_role": ("new_role_way", "fast")}
+    assert osvars.role_selectors(tmp_path) == {"new_role": ("new_role_way", "fast", None)}
     assert osvars.selections(tmp_path, {"new_role_way": "slow"}) == {"new_role": "slow"}
+    # A second new role whose source follows the first's by default, as gpu_services' the driver's:
+    # found from its defaults, with no code naming either role.
+    other = tmp_path / "other_role"
+    (other / "vars").mkdir(parents=True)
+    (other / "meta").mkdir()
+    (other / "defaults").mkdir()
+    for name in ("fast-default.yml", "slow-default.yml"):
+        (other / "vars" / name).write_text("---\n")
+    (other / "meta/argument_specs.yml").write_text(
+        "argument_specs:\n  main:\n    options:\n      other_role_way: {type: str, choices: [fast, slow]}\n"
+    )
+    (other / "defaults/main.yml").write_text("other_role_way: \"{{ new_role_way | default('fast') }}\"\n")
+    osvars.role_selectors.cache_clear()
+    assert osvars.role_selectors(tmp_path)["other_role"] == ("other_role_way", "fast", "new_role_way")
+    assert osvars.selections(tmp_path, {"new_role_way": "slow"}) == {"new_role": "slow", "other_role": "slow"}
+    assert osvars.selections(tmp_path, {}) == {"new_role": "fast", "other_role": "fast"}
+    assert osvars.selections(tmp_path, {"other_role_way": "fast", "new_role_way": "slow"})["other_role"] == "fast"
 
 
 def test_the_run_s_roles_are_the_play_s_or_else_every_stage() -> None:
