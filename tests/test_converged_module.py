@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -245,25 +246,15 @@ def test_globs_read_each_match_and_a_new_match_counts(host: Path) -> None:
     assert result["differs"] == [f"walk:{host}/modules/6.1.0-21-amd64/updates"]
 
 
+def ansible_module(args: dict[str, Any], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The module run by the ansible command on this machine, with ARGS."""
+    local = ["localhost", "-c", "local", "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}"]
+    return run_tool("ansible", *local, "-m", "gpuenv_converged", "-a", json.dumps(args), env=env, timeout=120)
+
+
 def test_the_real_module_runs_as_ansible_runs_it(host: Path, venv_env: dict[str, str]) -> None:
-    out = run_tool(
-        "ansible",
-        "localhost",
-        "-c",
-        "local",
-        "-i",
-        "localhost,",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-m",
-        "gpuenv_converged",
-        "-a",
-        json.dumps(
-            params(host, state="stamp", read=[], units=["gpuenv-test-absent"], places={"read": [str(host / "version")]})
-        ),
-        env=venv_env,
-        timeout=120,
-    )
+    args = params(host, state="stamp", read=[], units=["gpuenv-test-absent"], places={"read": [str(host / "version")]})
+    out = ansible_module(args, venv_env)
     assert out.returncode == 0, out.stdout + out.stderr
     written = json.loads((host / "state/converged.json").read_text())
     assert written["format"] == mod.FORMAT
@@ -285,21 +276,6 @@ def test_the_places_the_stages_declare_count_with_those_a_site_adds(host: Path) 
 
 def test_a_place_of_an_unknown_kind_is_refused_by_name(host: Path, venv_env: dict[str, str]) -> None:
     args = params(host, places={"watch": [str(host / "etc")], "wach": ["/etc"]})
-    out = run_tool(
-        "ansible",
-        "localhost",
-        "-c",
-        "local",
-        "-i",
-        "localhost,",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-m",
-        "gpuenv_converged",
-        "-a",
-        json.dumps(args),
-        env=venv_env,
-        timeout=120,
-    )
+    out = ansible_module(args, venv_env)
     assert out.returncode != 0
     assert "wach" in out.stdout + out.stderr
