@@ -60,31 +60,11 @@ options:
     type: dict
     default: {}
     suboptions:
-      watch:
-        description: As I(watch).
-        type: list
-        elements: path
-        default: []
-      walk:
-        description: As I(walk).
-        type: list
-        elements: path
-        default: []
-      read:
-        description: As I(read).
-        type: list
-        elements: path
-        default: []
-      units:
-        description: As I(units).
-        type: list
-        elements: str
-        default: []
-      pending:
-        description: As I(pending).
-        type: list
-        elements: path
-        default: []
+      watch: {description: As I(watch)., type: list, elements: path, default: []}
+      walk: {description: As I(walk)., type: list, elements: path, default: []}
+      read: {description: As I(read)., type: list, elements: path, default: []}
+      units: {description: As I(units)., type: list, elements: str, default: []}
+      pending: {description: As I(pending)., type: list, elements: path, default: []}
   watch:
     description: Paths (globs allowed) read with their entries one level down.
     type: list
