@@ -11,6 +11,7 @@ not named here is a stage of its own, named by its file.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Mapping
 from pathlib import Path
@@ -148,6 +149,15 @@ def merge_places(rendered: list[str], files: list[str]) -> dict[str, list[str]]:
 
 
 def _steps(base: Path) -> list[dict[str, Any]]:
+    # Read once per state of the playbooks: the converged role asks for the stage roles and their
+    # places in every task that compares or stamps, on every host, in every run's no-op.
+    state = tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in base.glob("*.yml")))
+    return copy.deepcopy(_read_steps(base.resolve(), state))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_steps(base: Path, state: tuple[tuple[str, int, int], ...]) -> list[dict[str, Any]]:
+    del state  # the cache's key only
     steps: list[dict[str, Any]] = []
     for play, where in _plays(base, "site.yml", ()):
         steps += _play_steps(play, where)

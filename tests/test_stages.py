@@ -222,6 +222,11 @@ def test_a_new_stage_s_places_are_read_from_its_role_and_a_bad_places_file_is_na
     places.write_text("walk: [/opt/new]\n")
     # Only the roles that have one; a role that writes nothing of its own has none.
     assert stages.stage_place_files(tmp_path / "playbooks") == [str(places)]
+    # The playbooks are read once per state of their files: a playbook edited since is read again.
+    (tmp_path / "roles/quiet/meta").mkdir(parents=True)
+    (tmp_path / "roles/quiet/meta/places.yml").write_text("watch: [/etc/quiet]\n")
+    (tmp_path / "playbooks/new.yml").write_text("- name: New\n  hosts: gpu_hosts\n  roles: [quiet]\n")
+    assert stages.stage_place_files(tmp_path / "playbooks") == [str(tmp_path / "roles/quiet/meta/places.yml")]
     rendered = ["watch: [/etc/a, /etc/b]\nunits: [x]\n", "watch: [/etc/b]\nwalk: [/opt/new]\n"]
     merged = stages.merge_places(rendered, ["a", "b"])
     assert merged == {"watch": ["/etc/a", "/etc/b"], "walk": ["/opt/new"], "read": [], "units": ["x"], "pending": []}
