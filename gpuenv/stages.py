@@ -151,7 +151,7 @@ def merge_places(rendered: list[str], files: list[str]) -> dict[str, list[str]]:
 def _steps(base: Path) -> list[dict[str, Any]]:
     # Read once per state of the playbooks: the converged role asks for the stage roles and their
     # places in every task that compares or stamps, on every host, in every run's no-op.
-    state = tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in base.glob("*.yml")))
+    state = tuple(sorted((p.name, st.st_mtime_ns, st.st_size) for p in base.glob("*.yml") for st in [p.stat()]))
     return copy.deepcopy(_read_steps(base.resolve(), state))
 
 
