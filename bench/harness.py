@@ -18,6 +18,9 @@ full mode (its DKMS build), on hosts whose root has Debian's kernel package as a
   noop      site.yml again on the provisioned host: wall time and changed tasks
   verify    gpuenv-verify alone on that host (no GPU)
   fanout    site.yml (no-op, verify included) on 1, 2, 4, 8 hosts started from its snapshot
+  fleet     site.yml on 1, 4 and 8 fresh identical hosts at once (--quick: 1 and 4), full mode and
+            an empty cache of built modules: the first host builds the driver's module, the others
+            install it; each host's own CPU seconds, the controller's CPU and the wall time
   checkspec gpuenv check-spec as a user runs it
 """
 
@@ -55,7 +58,7 @@ END = "<!-- bench/run: end -->"
 QUICK_DIR = DOCS_DIR / "quick"
 QUICK_BEGIN = "<!-- bench/run --quick: begin (generated; edit bench/harness.py, not this section) -->"
 QUICK_END = "<!-- bench/run --quick: end -->"
-PHASES = ("bytes", "pairs", "noop", "verify", "onboard", "fanout", "checkspec")
+PHASES = ("bytes", "pairs", "noop", "verify", "onboard", "fanout", "fleet", "checkspec")
 # The targets ("Faster than by hand"): a fresh host in at most 0.8 x the floor's time, a no-op
 # under 10 s, under 2 s of the controller's CPU per no-op host; the earlier ones that were met stay.
 TARGETS = {
@@ -65,6 +68,8 @@ TARGETS = {
     "verify_s": 5.0,
     "checkspec_s": 1.0,
     "bytes_factor": 1.1,
+    # One build for the fleet: each further identical fresh host's own CPU against the first's.
+    "further_host_cpu_ratio": 0.25,
 }
 # A provisioned sandbox host's own layer (torch's environment, two CUDA trees, the driver) is about
 # 7.5 GB; the cold phase's empty download cache fills to 3.3 GB; the fan-out's snapshot is one more
@@ -150,6 +155,9 @@ def plan_for(quick: bool) -> dict[str, Any]:
         "fanout_sizes": [1, 2, 4, 8],
         # quick: the 1-host fan-out figure is the no-op run's (same state, one run less)
         "fanout_one_from_noop": quick,
+        # Fresh identical hosts at once, always in full mode (the DKMS build is what they share);
+        # a size the disk cannot hold is skipped, saying so.
+        "fleet_sizes": [1, 4] if quick else [1, 4, 8],
         "checkspec_runs": 10 if quick else 30,
         "phases": list(PHASES),
     }

@@ -30,6 +30,7 @@ from runner import (
     sandbox,
     say,
     ssh,
+    stage_cpu_s,
     work_dir,
 )
 
@@ -50,10 +51,14 @@ class Bench:
         self.provisioned = False  # noop, verify, onboard and the snapshot have had their host
 
     # --- helpers ---
-    def playbook(self, label: str, limit: list[str] | None = None, **extra: str) -> dict[str, Any]:
-        return playbook(self.log_dir, label, {**self.extra_vars, **extra}, limit)
+    def playbook(
+        self, label: str, limit: list[str] | None = None, sample_hosts: list[str] | None = None, **extra: str
+    ) -> dict[str, Any]:
+        return playbook(self.log_dir, label, {**self.extra_vars, **extra}, limit, sample_hosts=sample_hosts)
 
-    def fresh_fleet(self, count: int, *, downloads: Path | None = None, snapshot: Path | None = None) -> None:
+    def fresh_fleet(
+        self, count: int, *, downloads: Path | None = None, snapshot: Path | None = None, kernel: bool = False
+    ) -> None:
         env = ansible_env()
         if downloads is not None:
             env["GPUENV_SANDBOX_DOWNLOADS"] = str(downloads)
@@ -62,7 +67,7 @@ class Bench:
         args = ["up", str(count), "--os", "debian12"]
         if snapshot:
             args += ["--snapshot", str(snapshot)]
-        elif self.settings["driver_mode"] == "full":
+        elif kernel or self.settings["driver_mode"] == "full":
             args.append("--kernel")  # full mode builds the module for the host's installed kernel
         sandbox(*args, env=env, log=log)
 
@@ -280,6 +285,59 @@ class Bench:
         shutil.rmtree(self.snapshot, ignore_errors=True)
         return results
 
+    # --- 8. one build for the fleet ---
+    def fleet(self, sizes: list[int]) -> dict[str, Any]:
+        """N fresh identical hosts provisioned at once in full mode (the driver's DKMS build), each
+        size with an empty cache of built modules: the first host builds, the others wait for its
+        module and install it. Each host's own CPU seconds are counted (bench/runner.py hosts_cpu_s),
+        since on this machine's few cores the wall time is the sum of all hosts' work."""
+        results: dict[str, Any] = {"sizes": {}}
+        for n in sizes:
+            free = shutil.disk_usage(work_dir()).free / 1e9
+            need = fleet_disk_gb(n)
+            if free < need:
+                results["sizes"][str(n)] = {"skipped": f"needs about {need:.0f} GB of disk, {free:.0f} GB free"}
+                say(f"fleet: {n} hosts skipped, {results['sizes'][str(n)]['skipped']}")
+                continue
+            say(f"fleet: {n} fresh identical host(s) at once, full mode, an empty cache of built modules")
+            self.fresh_fleet(n, kernel=True)
+            names = [f"sb{i}" for i in range(1, n + 1)]
+            cache_dir = Path(tempfile.mkdtemp(prefix=f"dkms-{n}-", dir=work_dir()))
+            try:
+                record = self.playbook(
+                    f"fleet-{n}",
+                    sample_hosts=names,
+                    nvidia_driver_mode="full",
+                    nvidia_driver_build_cache_dir=str(cache_dir),
+                )
+                before, after = record["cpu_samples"][0][1], record["cpu_samples"][-1][1]
+                built_by = sorted({json.loads(p.read_text())["built_by"] for p in cache_dir.glob("*.json")})
+            finally:
+                shutil.rmtree(cache_dir, ignore_errors=True)
+            cpu = {h: round(after[h] - before[h], 1) for h in names}
+            first = built_by[0] if built_by else names[0]
+            further = {h: c for h, c in cpu.items() if h != first}
+            results["sizes"][str(n)] = {
+                "wall_s": record["measured_wall_s"],
+                "changed": changed(record),
+                "controller_cpu_s": record["controller_cpu_s"],
+                "hosts_cpu_s": cpu,
+                "built_by": built_by,
+                "first_host": first,
+                "first_host_cpu_s": cpu[first],
+                "further_max_ratio": round(max(further.values()) / cpu[first], 3) if further and cpu[first] else None,
+                "stages": stage_times(record),
+                # Each host's CPU by stage: what a further host still pays where the first builds
+                # (its CUDA trees, cuDNN and environment), the measure of what sharing those would save.
+                "stage_cpu_s": stage_cpu_s(record),
+            }
+            say(
+                f"fleet: {n} host(s) in {record['measured_wall_s']:.0f} s; CPU {first} (built) {cpu[first]:.0f} s, "
+                + ", ".join(f"{h} {c:.0f} s" for h, c in further.items())
+            )
+        sandbox("down", log=self.log_dir / "sandbox.log")
+        return results
+
     # --- the order ---
     def run_all(self) -> None:
         s = self.settings
@@ -304,10 +362,22 @@ class Bench:
         if "fanout" in phases:
             with self.phase("fanout"):
                 self.results["fanout"] = self.fanout(s["fanout_sizes"])
+        if "fleet" in phases:
+            with self.phase("fleet"):
+                self.results["fleet"] = self.fleet(s["fleet_sizes"])
         sandbox("down", log=self.log_dir / "sandbox.log")
         if "checkspec" in phases:
             with self.phase("checkspec"):
                 self.results["checkspec"] = check_spec_latency.measure(s["checkspec_runs"])
+
+
+# A full-mode sandbox host's own layer (bench/harness.py's HOST_GB), with the kernel's headers and
+# DKMS's tree beside it; the fleet phase skips a size that does not fit, saying so.
+FLEET_HOST_GB = 8.5
+
+
+def fleet_disk_gb(hosts: int) -> float:
+    return FLEET_HOST_GB * hosts + 2
 
 
 def merge_downloads(src: Path, dest: Path) -> None:

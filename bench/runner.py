@@ -11,6 +11,7 @@ import resource
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ FLOOR = ROOT / "bench/floor.sh"
 FLOOR_STAGES = {"driver": ("driver",), "cuda": ("cuda", "cudnn"), "env": ("env",), "verify": ("verify",)}
 # No site.yml here takes half an hour; one that does hangs, and the run says so rather than wait.
 PLAYBOOK_TIMEOUT_S = 1800
+# How often a playbook's hosts' CPU is sampled when asked (the fleet phase's per-stage split).
+SAMPLE_S = 2.0
 
 
 class BenchError(Exception):
@@ -116,10 +119,18 @@ def bench_inventory(log_dir: Path, source: Path = INVENTORY) -> Path:
 
 
 def playbook(
-    log_dir: Path, label: str, extra_vars: dict[str, str], limit: list[str] | None = None, *, book: Path = SITE
+    log_dir: Path,
+    label: str,
+    extra_vars: dict[str, str],
+    limit: list[str] | None = None,
+    *,
+    book: Path = SITE,
+    sample_hosts: list[str] | None = None,
 ) -> dict[str, Any]:
     """A playbook (site.yml) on the sandbox's hosts with the group's stack (bench_inventory) and
-    the timing callback; returns its record with the wall time as measured from outside."""
+    the timing callback; returns its record with the wall time as measured from outside. With
+    sample_hosts, each of those hosts' own CPU seconds every SAMPLE_S (record["cpu_samples"]: the
+    seconds since the start, and each host's CPU since its boot), which stage_cpu_s splits by stage."""
     timing = log_dir / f"{label}.timing.json"
     argv = ["ansible-playbook", "-i", str(bench_inventory(log_dir)), str(book), "-e", json.dumps(extra_vars)]
     if limit:
@@ -127,6 +138,18 @@ def playbook(
     env = {**ansible_env(), "ANSIBLE_CALLBACKS_ENABLED": "gpuenv_timing", "GPUENV_TIMING_FILE": str(timing)}
     cpu_before, usage_before = machine_cpu_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
+    samples: list[tuple[float, dict[str, float]]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while sample_hosts:
+            samples.append((time.perf_counter() - start, hosts_cpu_s(sample_hosts)))
+            if done.wait(SAMPLE_S):
+                samples.append((time.perf_counter() - start, hosts_cpu_s(sample_hosts)))
+                return
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     with (log_dir / f"{label}.log").open("w") as out:
         try:
             proc = subprocess.run(  # noqa: S603
@@ -138,6 +161,8 @@ def playbook(
                 f"is in {log_dir / (label + '.log')}, and `scripts/sandbox status` shows the hosts"
             ) from None
     wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise BenchError(f"{book.name} ({label}) failed; its output is in {log_dir / (label + '.log')}")
@@ -149,7 +174,32 @@ def playbook(
     controller = (usage.ru_utime - usage_before.ru_utime) + (usage.ru_stime - usage_before.ru_stime)
     record["controller_cpu_s"] = round(controller, 1)
     record["hosts_cpu_s"] = round(max(machine_cpu_s() - cpu_before - controller, 0.0), 1)
+    if samples:
+        record["cpu_samples"] = samples
     return record
+
+
+def stage_cpu_s(record: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each sampled host's own CPU seconds in each stage: over the stage's plays (the timing record's
+    windows, moved by Ansible's start-up, the outside wall less the callback's), from the samples
+    nearest their edges. A stage that runs beside another (the driver's install in the background)
+    shares the CPU of both in its window."""
+    samples: list[tuple[float, dict[str, float]]] = record["cpu_samples"]
+    shift = max(record["measured_wall_s"] - record["wall_s"], 0.0)
+
+    def at(t: float) -> dict[str, float]:
+        return min(samples, key=lambda s: abs(s[0] - t))[1]
+
+    out: dict[str, dict[str, float]] = {}
+    for play in record["plays"]:
+        stage = play.get("stage")
+        if stage is None:
+            continue
+        begin, end = at(play["start_s"] + shift), at(play["start_s"] + play["wall_s"] + shift)
+        for host in end:
+            per = out.setdefault(host, {})
+            per[stage] = round(per.get(stage, 0.0) + end[host] - begin[host], 1)
+    return out
 
 
 def machine_cpu_s() -> float:
@@ -159,6 +209,36 @@ def machine_cpu_s() -> float:
     idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and iowait
     hz = os.sysconf("SC_CLK_TCK")
     return (sum(ticks[:8]) - idle) / hz
+
+
+def hosts_cpu_s(names: list[str]) -> dict[str, float]:
+    """CPU seconds each sandbox host has spent since it booted: every live process under its
+    systemd-nspawn, with what the processes each reaped (/proc/PID/stat's utime, stime, cutime and
+    cstime). A finished process counts once, in the live parent that reaped it (the host's systemd
+    reaps the orphans, Ansible's async jobs among them); a host that rebooted starts again from 0."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+            pid = int(stat.parent.name)
+            parents[pid] = int(fields[1])
+            ticks[pid] = sum(int(f) for f in fields[11:15])
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    hz = os.sysconf("SC_CLK_TCK")
+    state = fleet.State.load()
+    out = {}
+    for name in names:
+        nspawn = int((state.hosts[name].dir() / "nspawn.pid").read_text().strip())
+        todo, total = list(children.get(nspawn, [])), 0
+        while todo:
+            pid = todo.pop()
+            total += ticks.get(pid, 0)
+            todo.extend(children.get(pid, []))
+        out[name] = round(total / hz, 1)
+    return out
 
 
 def ssh(host_ip: str, command: str, *, env: dict[str, str] | None = None, timeout: int = 3600) -> tuple[str, float]:

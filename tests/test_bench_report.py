@@ -125,3 +125,33 @@ def test_the_no_op_is_reported_beside_the_same_host_with_every_stage_run() -> No
     del older["noop"]["cpu_tasks"]
     assert "converged_skip" not in report.markdown(older, {}, harness.TARGETS)
     assert "The controller's CPU, by task" not in report.markdown(older, {}, harness.TARGETS)
+
+
+def test_each_hosts_cpu_is_split_by_the_stages_plays_moved_by_ansibles_start_up() -> None:
+    import runner  # noqa: PLC0415 - bench/runner.py, on the path above
+
+    # Ansible started 2 s after the sampling (outside wall 32 s, the callback's 30 s); sb2 waited for
+    # sb1's module build and installed in the driver's second play.
+    record = {
+        "measured_wall_s": 32.0,
+        "wall_s": 30.0,
+        "plays": [
+            {"name": "Preflight", "stage": "preflight", "start_s": 0.0, "wall_s": 2.0},
+            {"name": "Install the NVIDIA driver", "stage": "driver", "start_s": 2.0, "wall_s": 4.0},
+            {"name": "CUDA", "stage": "cuda", "start_s": 6.0, "wall_s": 14.0},
+            {"name": "Finish the NVIDIA driver stage", "stage": "driver", "start_s": 20.0, "wall_s": 10.0},
+            {"name": "Report", "start_s": 30.0, "wall_s": 0.0},
+        ],
+        "cpu_samples": [
+            (0.0, {"sb1": 100.0, "sb2": 100.0}),
+            (2.0, {"sb1": 100.0, "sb2": 100.0}),
+            (4.0, {"sb1": 101.0, "sb2": 101.0}),
+            (8.0, {"sb1": 110.0, "sb2": 103.0}),
+            (22.0, {"sb1": 150.0, "sb2": 120.0}),
+            (32.0, {"sb1": 160.0, "sb2": 150.0}),
+        ],
+    }
+    assert runner.stage_cpu_s(record) == {
+        "sb1": {"preflight": 1.0, "driver": 19.0, "cuda": 40.0},
+        "sb2": {"preflight": 1.0, "driver": 32.0, "cuda": 17.0},
+    }

@@ -102,3 +102,13 @@ def test_the_nvml_library_version_a_mismatch_names() -> None:
 def test_nvidia_smi_without_a_loaded_module_observes_no_version() -> None:
     said = (DOCTOR_DATA / "nvidia-smi-no-module-550.163.01.txt").read_text()
     assert hostparse.parse_smi_driver(9, said) == (None, False)
+
+
+def test_modinfo_fields_from_a_real_dkms_module() -> None:
+    fields = hostparse.parse_modinfo((DATA / "modinfo-nvidia-current-550.163.01.txt").read_text())
+    assert fields["version"] == "550.163.01"
+    assert fields["vermagic"].split(" ")[0] == "6.12.117+deb13-amd64"
+    assert fields["filename"] == "/lib/modules/6.12.117+deb13-amd64/updates/dkms/nvidia-current.ko.xz"
+    assert fields["signer"] == "DKMS module signing key"
+    assert fields["firmware"] == "nvidia/550.163.01/gsp_tu10x.bin"  # a repeated field keeps its first value
+    assert not any(name[0].isspace() or name[0].isdigit() for name in fields)  # no continuation line as a field

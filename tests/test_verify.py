@@ -10,6 +10,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -304,3 +305,73 @@ def test_the_arch_list_is_observed_where_no_gpu_is_visible() -> None:
 
     check = torchenv.arch_coverage(base.Context(torch=Torch))
     assert (check.status, check.observed) == ("skip", Cuda.get_arch_list())
+
+
+MODINFO = DATA / "modinfo-nvidia-current-550.163.01.txt"  # real output; its kernel is MODINFO_KERNEL
+MODINFO_KERNEL = "6.12.117+deb13-amd64"
+
+
+def _kernels(tmp_path: Path, *names: str, leftover: str = "") -> Path:
+    root = tmp_path / "lib/modules"
+    for name in names:
+        (root / name).mkdir(parents=True)
+        (root / name / "modules.dep").write_text("")
+    if leftover:  # a removed kernel's directory: no modules.dep, not a kernel
+        (root / leftover / "updates").mkdir(parents=True)
+    return root
+
+
+def _modinfo_for(modules: dict[str, str]) -> Any:
+    """modinfo's stand-in: the saved real output for each kernel, its vermagic made that of `modules[kernel]`."""
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
+        kernel, name = argv[2], argv[-1]
+        if name != "nvidia-current" or kernel not in modules:
+            return subprocess.CompletedProcess(argv, 1, "", f"modinfo: ERROR: Module {name} not found.\n")
+        text = MODINFO.read_text().replace(f"vermagic:       {MODINFO_KERNEL}", f"vermagic:       {modules[kernel]}")
+        return subprocess.CompletedProcess(argv, 0, text, "")
+
+    return run
+
+
+def test_the_module_of_each_kernel_is_checked_against_that_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = "6.12.117+deb13-cloud-amd64"
+    ctx = base.Context(modules_root=_kernels(tmp_path, MODINFO_KERNEL, other, leftover="6.1.0-9-amd64"))
+    monkeypatch.setattr(host, "_run_modinfo", _modinfo_for({MODINFO_KERNEL: MODINFO_KERNEL, other: other}))
+    check = host.module_kernels(ctx)
+    assert check.status == "pass"
+    assert check.observed == {MODINFO_KERNEL: "550.163.01", other: "550.163.01"}
+    # A module another kernel's build put there (a cache entry for the wrong kernel) fails, naming both.
+    monkeypatch.setattr(host, "_run_modinfo", _modinfo_for({MODINFO_KERNEL: MODINFO_KERNEL, other: MODINFO_KERNEL}))
+    check = host.module_kernels(ctx)
+    assert check.status == "fail"
+    assert check.summary == f"the nvidia module of kernel {other} was built for kernel {MODINFO_KERNEL}"
+    assert f"dkms autoinstall -k {other}" in (check.hint or "")
+
+
+def test_a_kernel_without_the_module_warns_and_no_module_at_all_skips(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = "6.12.117+deb13-cloud-amd64"
+    ctx = base.Context(modules_root=_kernels(tmp_path, MODINFO_KERNEL, other))
+    monkeypatch.setattr(host, "_run_modinfo", _modinfo_for({MODINFO_KERNEL: MODINFO_KERNEL}))
+    check = host.module_kernels(ctx)
+    assert check.status == "warn"
+    assert f"linux-headers-{other}" in (check.hint or "")
+    monkeypatch.setattr(host, "_run_modinfo", _modinfo_for({}))
+    assert host.module_kernels(ctx).status == "skip"
+
+
+def test_a_module_of_another_version_than_the_drivers_record_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts = tmp_path / "facts.d"
+    facts.mkdir()
+    (facts / "nvidia_driver.fact").write_text(json.dumps({"version": "550.163.02"}))
+    ctx = base.Context(modules_root=_kernels(tmp_path, MODINFO_KERNEL), facts_dir=facts)
+    monkeypatch.setattr(host, "_run_modinfo", _modinfo_for({MODINFO_KERNEL: MODINFO_KERNEL}))
+    check = host.module_kernels(ctx)
+    assert check.status == "fail"
+    assert "is version 550.163.01, not the driver's 550.163.02" in check.summary

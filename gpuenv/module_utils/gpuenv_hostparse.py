@@ -99,6 +99,18 @@ def loaded_modules(text: str) -> list[str]:
     return [line.split()[0] for line in text.splitlines() if line.strip()]
 
 
+def parse_modinfo(text: str) -> dict[str, str]:
+    """The fields of `modinfo` ("name:    value" lines: version, vermagic, signer, filename); a field
+    listed more than once (alias, parm) keeps its first value."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        # A field's continuation lines (signature's) start with whitespace.
+        if sep and name and not any(c.isspace() for c in name) and name not in out:
+            out[name] = value.strip()
+    return out
+
+
 def secure_boot_on(efivar: bytes) -> bool:
     """Whether the SecureBoot-<guid> EFI variable (read from efivarfs) says Secure Boot is on: four
     bytes of attributes, then the value, 1 for on (UEFI specification, "Globally Defined Variables")."""

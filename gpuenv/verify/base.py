@@ -147,6 +147,8 @@ class Context:
     # The environment verify runs in (its Python's sys.prefix).
     prefix: str = sys.prefix
     sys_root: Path = Path("/sys")
+    # Each installed kernel's modules (the nvidia module's per-kernel check reads them through modinfo).
+    modules_root: Path = Path("/lib/modules")
     cuda_home: Path = Path("/usr/local/cuda")
     torch: Any = None
     # The device the compute checks run on; None: CUDA where torch sees a GPU (--cpu-selftest and

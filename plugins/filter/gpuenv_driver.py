@@ -35,6 +35,11 @@ def gpuenv_reboots_the_controller(connection: Any, host_machine_id: Any, control
     )
 
 
+def gpuenv_modinfo(text: str) -> dict[str, str]:
+    """The fields of `modinfo` output (version, vermagic, signer, filename)."""
+    return hostparse.parse_modinfo(str(text))
+
+
 def gpuenv_dpkg_unsatisfied(dpkg_query: str, wanted: list[str]) -> list[str]:
     """Entries of an apt install list ("pkg" or "pkg=version") that dpkg does not have installed."""
     return hostparse.dpkg_unsatisfied(hostparse.parse_dpkg_query(str(dpkg_query)), [str(w) for w in wanted])
@@ -55,4 +60,5 @@ class FilterModule:
             "gpuenv_dpkg_unsatisfied": gpuenv_dpkg_unsatisfied,
             "gpuenv_reboots_the_controller": gpuenv_reboots_the_controller,
             "gpuenv_dpkg_unheld": gpuenv_dpkg_unheld,
+            "gpuenv_modinfo": gpuenv_modinfo,
         }
