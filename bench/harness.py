@@ -275,7 +275,7 @@ def dry_run() -> int:
                 raise BenchError(f"chart {name} did not render ({path}, {len(data)} bytes)")
             print(f"chart {name}: {len(data)} bytes")
         md = report.markdown(sample, {n: p.name for n, p in pngs.items()}, TARGETS)
-        wanted = ("ratio", "changed", "fan-out", "upstream", "check-spec", "verify")
+        wanted = ("ratio", "changed", "fan-out", "upstream", "check-spec", "verify", "One build for the fleet")
         missing = [word for word in wanted if word not in md]
         if missing:
             raise BenchError(f"the report lacks {', '.join(missing)}")

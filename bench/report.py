@@ -151,6 +151,16 @@ def _per_host_cpu(sizes: dict[str, dict[str, Any]]) -> tuple[float, float] | Non
     )
 
 
+def _further_host_stages(sizes: dict[str, dict[str, Any]]) -> tuple[str, str, dict[str, float]] | None:
+    """The largest measured fleet's first further host and its CPU by stage, where recorded."""
+    measured = [(n, v) for n, v in sizes.items() if "skipped" not in v and v.get("stage_cpu_s")]
+    if not measured:
+        return None
+    n, v = max(measured, key=lambda item: int(item[0]))
+    further = [h for h in v["stage_cpu_s"] if h != v["first_host"]]
+    return (n, further[0], v["stage_cpu_s"][further[0]]) if further else None
+
+
 def table(results: dict[str, Any], targets: dict[str, float]) -> str:
     lines = rows(results, targets)
     widths = [max(len(r[i]) for r in [("figure", "measured", "target", ""), *lines]) for i in range(4)]
@@ -334,6 +344,16 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
             ),
             "",
         ]
+        split = _further_host_stages(fleet["sizes"])
+        if split:
+            n, host, stages = split
+            out += [
+                f"Where a further host's CPU goes ({host} of the {n}-host run, by the windows of `site.yml`'s "
+                "stages; the first host's background DKMS build falls in the windows of the stages beside it): "
+                + ", ".join(f"{stage} {cpu:.0f} s" for stage, cpu in sorted(stages.items(), key=lambda i: -i[1]))
+                + ".",
+                "",
+            ]
     ver = results.get("verify")
     if ver:
         out += [

@@ -155,3 +155,22 @@ def test_each_hosts_cpu_is_split_by_the_stages_plays_moved_by_ansibles_start_up(
         "sb1": {"preflight": 1.0, "driver": 19.0, "cuda": 40.0},
         "sb2": {"preflight": 1.0, "driver": 32.0, "cuda": 17.0},
     }
+
+
+def test_one_build_for_the_fleet_is_judged_by_each_further_hosts_cpu_against_the_firsts() -> None:
+    measured, target, verdict = _rows(SAMPLE)["8. one build for the fleet, full mode"]
+    assert target == "further host CPU <= 0.25 x the first's"
+    sizes = SAMPLE["fleet"]["sizes"]
+    worst = max(v["further_max_ratio"] for v in sizes.values() if v.get("further_max_ratio") is not None)
+    assert f"a further host's at most {worst:.2f} x" in measured
+    assert verdict == ("met" if worst <= 0.25 else "NOT met")
+    # Further hosts at a fifth of the first's CPU meet it; a size the disk could not hold is said, not judged.
+    cheap = copy.deepcopy(SAMPLE)
+    for size in cheap["fleet"]["sizes"].values():
+        if size.get("further_max_ratio") is not None:
+            size["further_max_ratio"] = 0.2
+    cheap["fleet"]["sizes"]["8"] = {"skipped": "needs about 70 GB of disk, 15 GB free"}
+    assert _rows(cheap)["8. one build for the fleet, full mode"][2] == "met"
+    md = report.markdown(cheap, {}, harness.TARGETS)
+    assert "| 8 | needs about 70 GB of disk, 15 GB free |" in md
+    assert "Where a further host's CPU goes" in md

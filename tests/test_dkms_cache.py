@@ -338,3 +338,14 @@ class Host:
     def run_command(self, argv: list[str]) -> tuple[int, str, str]:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_one_cached_kernel_is_put_in_place_as_dkms_packed_it(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()
+    record = entry(tmp_path / "cache")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    staged = staging / f"{record['key']}.tar.gz"
+    staged.write_bytes((tmp_path / "cache" / f"{record['key']}.tar.gz").read_bytes())
+    out = mod.restore([{**record, "kernel": K1, "tarball_dir": str(tmp_path / "share")}], str(staging))
+    assert Path(out["tarball"]).read_bytes() == staged.read_bytes()

@@ -21,21 +21,16 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tarfile
 from typing import Any
+
+from ansible.module_utils.gpuenv_cudnn_files import sha256_of
 
 # The fields of a cache key, in the order the role's messages name them.
 KEY_FIELDS = ("package", "version", "kernel", "kernel_package", "config_sha256", "arch", "os", "signer")
 # dh_dkms's generated postinst names the module and version DKMS knows it by.
 _POSTINST_VAR = re.compile(r"^(DKMS_NAME|DKMS_VERSION)=(\S+)\s*$", re.MULTILINE)
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cache_key(fields: dict[str, str]) -> str:
@@ -113,7 +108,7 @@ def read_entry(cache_dir: str, key: str) -> dict[str, Any]:
         return {"state": "refused", "why": f"its record {meta_path} is for another key ({entry.get('key')})"}
     if not os.path.exists(tar_path):
         return {"state": "refused", "why": f"{tar_path} is missing"}
-    actual = sha256_file(tar_path)
+    actual = sha256_of(tar_path)
     if actual != recorded:
         return {
             "state": "refused",
@@ -193,10 +188,17 @@ def check_tarball(path: str, kernel: str, arch: str) -> str | None:
 
 def merge_tarballs(sources: list[str], dest: str) -> None:
     """One DKMS tarball holding every kernel of the sources (each from `dkms mktarball -k K`): their
-    dkms_binaries_only is the same, their dkms_main_tree/K differ. Written beside dest, then renamed."""
+    dkms_binaries_only is the same, their dkms_main_tree/K differ. One source is copied as it is
+    (recompressing Debian 12's uncompressed modules costs seconds of CPU); several are merged, with
+    gzip's fastest level. Written beside dest, then renamed."""
     tmp = dest + ".part"
+    if len(sources) == 1:
+        shutil.copyfile(sources[0], tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+        return
     names = set()
-    with tarfile.open(tmp, "w:gz") as out:
+    with tarfile.open(tmp, "w:gz", compresslevel=1) as out:
         for source in sources:
             with tarfile.open(source, "r:*") as tar:
                 for member in tar.getmembers():

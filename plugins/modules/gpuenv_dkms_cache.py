@@ -10,6 +10,7 @@ import platform
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuenv_cudnn_files import sha256_of
 from ansible.module_utils.gpuenv_dkms import (
     check_tarball,
     host_keys,
@@ -17,7 +18,6 @@ from ansible.module_utils.gpuenv_dkms import (
     os_release_id,
     plan,
     postinst_module,
-    sha256_file,
 )
 
 DOCUMENTATION = r"""
@@ -152,7 +152,7 @@ def facts(
         if os.path.isdir(os.path.join(DKMS_TREE, module["name"], module["version"], k, arch, "module"))
     }
     kernels = {k: v for k, v in kernels.items() if k not in built}
-    configs = {k: sha256_file(f"{BOOT}/config-{k}") for k in kernels if os.path.isfile(f"{BOOT}/config-{k}")}
+    configs = {k: sha256_of(f"{BOOT}/config-{k}") for k in kernels if os.path.isfile(f"{BOOT}/config-{k}")}
     result: dict[str, Any] = {"changed": False, "shareable": True, "why": ""}
     signer = ""
     if signer_cert:
@@ -164,7 +164,7 @@ def facts(
                 " which no other host has. Put the fleet's enrolled key and certificate there to share the module",
             )
         else:
-            signer = sha256_file(signer_cert)
+            signer = sha256_of(signer_cert)
     os_id = os_release_id(_read(OS_RELEASE) or "")
     result["built"] = sorted(built)
     result["kernels"] = host_keys(
@@ -185,7 +185,7 @@ def restore(entries: list[dict[str, Any]], staging: str) -> dict[str, Any]:
     for entry in entries:
         kernel = str(entry["kernel"])
         src = str(entry.get("src") or os.path.join(staging, f"{entry['key']}.tar.gz"))
-        actual = sha256_file(src) if os.path.isfile(src) else None
+        actual = sha256_of(src) if os.path.isfile(src) else None
         why = None
         if actual != entry["sha256"]:
             why = f"its copy {src} has sha256 {actual}, not the {entry['sha256']} the cache recorded"
@@ -249,8 +249,8 @@ def export(
         record = {
             "key": key,
             "fields": fields,
-            "sha256": sha256_file(tarball),
-            "modules": {f: sha256_file(os.path.join(built, f)) for f in files},
+            "sha256": sha256_of(tarball),
+            "modules": {f: sha256_of(os.path.join(built, f)) for f in files},
             "built_by": host,
             **where,
         }
