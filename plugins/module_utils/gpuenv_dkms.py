@@ -26,6 +26,7 @@ import tarfile
 from typing import Any
 
 from ansible.module_utils.gpuenv_cudnn_files import sha256_of
+from ansible.module_utils.gpuenv_hostparse import parse_os_release
 
 # The fields of a cache key, in the order the role's messages name them.
 KEY_FIELDS = ("package", "version", "kernel", "kernel_package", "config_sha256", "arch", "os", "signer")
@@ -44,11 +45,7 @@ def cache_key(fields: dict[str, str]) -> str:
 
 def os_release_id(text: str) -> str:
     """The OS release ("debian 13") from /etc/os-release: the release whose DKMS and compiler built the module."""
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        name, sep, value = line.partition("=")
-        if sep:
-            values[name.strip()] = value.strip().strip('"')
+    values = parse_os_release(text)
     return f"{values.get('ID', 'unknown')} {values.get('VERSION_ID', '')}".strip()
 
 
