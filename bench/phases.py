@@ -54,7 +54,12 @@ class Bench:
     def playbook(
         self, label: str, limit: list[str] | None = None, sample_hosts: list[str] | None = None, **extra: str
     ) -> dict[str, Any]:
-        return playbook(self.log_dir, label, {**self.extra_vars, **extra}, limit, sample_hosts=sample_hosts)
+        # Each run starts with an empty cache of built driver modules unless it names its own (the
+        # fleet phase): a fresh host beside the floor builds its module as a fleet's first host does,
+        # never restoring one an earlier pair left in the machine's cache.
+        with tempfile.TemporaryDirectory(prefix="dkms-", dir=work_dir()) as modules:
+            extra.setdefault("nvidia_driver_build_cache_dir", modules)
+            return playbook(self.log_dir, label, {**self.extra_vars, **extra}, limit, sample_hosts=sample_hosts)
 
     def fresh_fleet(
         self, count: int, *, downloads: Path | None = None, snapshot: Path | None = None, kernel: bool = False
