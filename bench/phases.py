@@ -298,6 +298,7 @@ class Bench:
         since on this machine's few cores the wall time is the sum of all hosts' work."""
         results: dict[str, Any] = {"sizes": {}}
         for n in sizes:
+            sandbox("down", log=self.log_dir / "sandbox.log")  # the last size's hosts hold disk the next needs
             free = shutil.disk_usage(work_dir()).free / 1e9
             need = fleet_disk_gb(n)
             if free < need:
