@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import load_plugin, run_module
+from tests.conftest import load_plugin, module_utils, run_module
 
 REPO = Path(__file__).resolve().parents[1]
 mod = load_plugin("plugins/modules/gpuenv_dkms_cache.py")
-dkms = mod.__dict__["plan"].__globals__  # the module_utils' namespace, as the module imported it
+dkms = module_utils("gpuenv_dkms")
 POSTINST = REPO / "tests/data/dkms/nvidia-kernel-dkms_550.163.01-2.postinst"
 K1, K2 = "6.12.48+deb13-amd64", "6.12.48+deb13-cloud-amd64"
 MODULE = {"name": "nvidia-current", "version": "550.163.01"}
@@ -64,7 +64,7 @@ def dkms_tarball(path: Path, kernel: str, arch: str = "x86_64", payload: bytes =
 def entry(cache: Path, kernel: str = K1, **changes: str) -> dict[str, Any]:
     """An entry in the controller's cache, as export writes it and the role fetches it."""
     f = fields(kernel=kernel, **changes)
-    key = dkms["cache_key"](f)
+    key = dkms.cache_key(f)
     tar = dkms_tarball(cache / f"{key}.tar.gz", kernel)
     record = {
         "key": key,
@@ -81,22 +81,22 @@ def entry(cache: Path, kernel: str = K1, **changes: str) -> dict[str, Any]:
 
 def keyed(kernel: str = K1, **changes: str) -> dict[str, Any]:
     f = fields(kernel=kernel, **changes)
-    return {"kernel": kernel, "key": dkms["cache_key"](f), "fields": f}
+    return {"kernel": kernel, "key": dkms.cache_key(f), "fields": f}
 
 
 @pytest.mark.parametrize("field", ["version", "kernel", "kernel_package", "config_sha256", "arch", "os", "signer"])
 def test_any_difference_the_module_depends_on_is_another_entry(field: str) -> None:
-    assert dkms["cache_key"](fields()) == dkms["cache_key"](fields())
-    assert dkms["cache_key"](fields()) != dkms["cache_key"](fields(**{field: "other"}))
+    assert dkms.cache_key(fields()) == dkms.cache_key(fields())
+    assert dkms.cache_key(fields()) != dkms.cache_key(fields(**{field: "other"}))
 
 
 def test_the_module_name_and_tarball_place_come_from_the_packages_own_postinst() -> None:
-    assert dkms["postinst_module"](POSTINST.read_text()) == {
+    assert dkms.postinst_module(POSTINST.read_text()) == {
         "dkms_name": "nvidia-current",
         "dkms_version": "550.163.01",
         "tarball_dir": "/usr/share/nvidia-current-dkms",
     }
-    assert dkms["postinst_module"]("#!/bin/sh\nexit 0\n") is None
+    assert dkms.postinst_module("#!/bin/sh\nexit 0\n") is None
 
 
 def test_the_first_host_builds_identical_hosts_wait_and_another_kernel_builds_its_own(tmp_path: Path) -> None:
@@ -105,14 +105,14 @@ def test_the_first_host_builds_identical_hosts_wait_and_another_kernel_builds_it
         {"host": "sb5", "kernels": [keyed()]},
         {"host": "sb6", "kernels": [keyed(K2)]},
     ]
-    out = dkms["plan"](str(tmp_path), hosts)["hosts"]
+    out = dkms.plan(str(tmp_path), hosts)["hosts"]
     assert out["sb2"]["build"] == [keyed()]
     assert out["sb2"]["wait_for"] is None
     assert out["sb5"] == {"restore": [], "build": [], "wait": [keyed()], "wait_for": "sb2", "notes": []}
     assert out["sb6"]["build"] == [keyed(K2)]
     assert out["sb6"]["wait_for"] is None
     # The waiting host's own second read does not wait again: it builds what is still missing.
-    again = dkms["plan"](str(tmp_path), hosts[1:2], wait=False)["hosts"]["sb5"]
+    again = dkms.plan(str(tmp_path), hosts[1:2], wait=False)["hosts"]["sb5"]
     assert again["build"] == [keyed()]
     assert again["wait_for"] is None
 
@@ -122,14 +122,14 @@ def test_a_host_that_lacks_a_kernel_nobody_builds_builds_all_it_lacks_itself(tmp
         {"host": "sb2", "kernels": [keyed()]},
         {"host": "sb7", "kernels": [keyed(), keyed(K2)]},
     ]
-    out = dkms["plan"](str(tmp_path), hosts)["hosts"]
+    out = dkms.plan(str(tmp_path), hosts)["hosts"]
     assert out["sb7"]["wait_for"] is None
     assert [k["kernel"] for k in out["sb7"]["build"]] == [K1, K2]
 
 
 def test_a_cached_module_is_restored_without_a_build(tmp_path: Path) -> None:
     record = entry(tmp_path)
-    out = dkms["plan"](str(tmp_path), [{"host": "sb5", "kernels": [keyed()]}])["hosts"]["sb5"]
+    out = dkms.plan(str(tmp_path), [{"host": "sb5", "kernels": [keyed()]}])["hosts"]["sb5"]
     assert out["build"] == []
     assert out["wait_for"] is None
     assert [(r["kernel"], r["sha256"], r["file"]) for r in out["restore"]] == [
@@ -141,7 +141,7 @@ def test_an_entry_whose_tarball_differs_from_its_recorded_sha256_is_refused_and_
     record = entry(tmp_path)
     tar = tmp_path / f"{record['key']}.tar.gz"
     tar.write_bytes(tar.read_bytes()[:-8] + b"garbage!")
-    out = dkms["plan"](str(tmp_path), [{"host": "sb5", "kernels": [keyed()]}])["hosts"]["sb5"]
+    out = dkms.plan(str(tmp_path), [{"host": "sb5", "kernels": [keyed()]}])["hosts"]["sb5"]
     assert out["restore"] == []
     assert out["build"] == [keyed()]
     assert "not the " + record["sha256"] + " the cache recorded" in out["notes"][0]
@@ -159,7 +159,7 @@ def test_an_entry_whose_tarball_differs_from_its_recorded_sha256_is_refused_and_
 def test_a_damaged_entry_is_refused_saying_what_is_wrong(tmp_path: Path, damage: Any, says: str) -> None:
     record = entry(tmp_path)
     damage(record, tmp_path)
-    out = dkms["plan"](str(tmp_path), [{"host": "sb5", "kernels": [keyed()]}])["hosts"]["sb5"]
+    out = dkms.plan(str(tmp_path), [{"host": "sb5", "kernels": [keyed()]}])["hosts"]["sb5"]
     assert out["build"] == [keyed()]
     assert says in out["notes"][0]
 
@@ -210,7 +210,7 @@ def test_a_copy_that_changed_on_its_way_is_refused_and_nothing_is_put_in_place(t
 def test_a_tarball_that_does_not_hold_the_kernels_module_is_refused(tmp_path: Path, build: Any, says: str) -> None:
     path = tmp_path / "t.tar.gz"
     build(path)
-    assert says in dkms["check_tarball"](str(path), K1, "x86_64")
+    assert says in dkms.check_tarball(str(path), K1, "x86_64")
 
 
 def test_a_tarball_that_writes_outside_itself_is_refused(tmp_path: Path) -> None:
@@ -218,7 +218,7 @@ def test_a_tarball_that_writes_outside_itself_is_refused(tmp_path: Path) -> None
     with tarfile.open(path, "w:gz") as tar:
         info = tarfile.TarInfo("../../etc/cron.d/x")
         tar.addfile(info, io.BytesIO(b""))
-    assert "outside itself" in dkms["check_tarball"](str(path), K1, "x86_64")
+    assert "outside itself" in dkms.check_tarball(str(path), K1, "x86_64")
 
 
 def test_facts_key_each_kernel_by_its_config_and_the_signing_certificate(
