@@ -54,11 +54,15 @@ class Bench:
     def playbook(
         self, label: str, limit: list[str] | None = None, sample_hosts: list[str] | None = None, **extra: str
     ) -> dict[str, Any]:
-        # Each run starts with an empty cache of built driver modules unless it names its own (the
-        # fleet phase): a fresh host beside the floor builds its module as a fleet's first host does,
-        # never restoring one an earlier pair left in the machine's cache.
-        with tempfile.TemporaryDirectory(prefix="dkms-", dir=work_dir()) as modules:
+        # Each run starts with empty caches of built driver modules and environments unless it names
+        # its own (the fleet phase): a fresh host beside the floor builds as a fleet's first host does,
+        # never restoring what an earlier pair left in the machine's caches.
+        with (
+            tempfile.TemporaryDirectory(prefix="dkms-", dir=work_dir()) as modules,
+            tempfile.TemporaryDirectory(prefix="envs-", dir=work_dir()) as envs,
+        ):
             extra.setdefault("nvidia_driver_build_cache_dir", modules)
+            extra.setdefault("pytorch_env_build_cache_dir", envs)
             return playbook(self.log_dir, label, {**self.extra_vars, **extra}, limit, sample_hosts=sample_hosts)
 
     def fresh_fleet(
@@ -309,17 +313,22 @@ class Bench:
             self.fresh_fleet(n, kernel=True)
             names = [f"sb{i}" for i in range(1, n + 1)]
             cache_dir = Path(tempfile.mkdtemp(prefix=f"dkms-{n}-", dir=work_dir()))
+            env_cache_dir = Path(tempfile.mkdtemp(prefix=f"envs-{n}-", dir=work_dir()))
             try:
                 record = self.playbook(
                     f"fleet-{n}",
                     sample_hosts=names,
                     nvidia_driver_mode="full",
                     nvidia_driver_build_cache_dir=str(cache_dir),
+                    pytorch_env_build_cache_dir=str(env_cache_dir),
                 )
                 before, after = record["cpu_samples"][0][1], record["cpu_samples"][-1][1]
                 built_by = sorted({json.loads(p.read_text())["built_by"] for p in cache_dir.glob("*.json")})
+                env_built_by = sorted({json.loads(p.read_text())["built_by"] for p in env_cache_dir.glob("*.json")})
+                env_entry_gb = round(sum(p.stat().st_size for p in env_cache_dir.glob("*.tar")) / 1e9, 2)
             finally:
                 shutil.rmtree(cache_dir, ignore_errors=True)
+                shutil.rmtree(env_cache_dir, ignore_errors=True)
             cpu = {h: round(after[h] - before[h], 1) for h in names}
             first = built_by[0] if built_by else names[0]
             further = {h: c for h, c in cpu.items() if h != first}
@@ -329,6 +338,9 @@ class Bench:
                 "controller_cpu_s": record["controller_cpu_s"],
                 "hosts_cpu_s": cpu,
                 "built_by": built_by,
+                # The environment's builder and the size of what it handed the others.
+                "env_built_by": env_built_by,
+                "env_entry_gb": env_entry_gb,
                 "first_host": first,
                 "first_host_cpu_s": cpu[first],
                 "further_max_ratio": round(max(further.values()) / cpu[first], 3) if further and cpu[first] else None,
@@ -377,13 +389,16 @@ class Bench:
                 self.results["checkspec"] = check_spec_latency.measure(s["checkspec_runs"])
 
 
-# A full-mode sandbox host's own layer (bench/harness.py's HOST_GB), with the kernel's headers and
-# DKMS's tree beside it; the fleet phase skips a size that does not fit, saying so.
-FLEET_HOST_GB = 8.5
+# A full-mode sandbox host's own layer, with the kernel's headers and DKMS's tree beside it (4 hosts
+# held 28 GB, 2026-12-07); the fleet phase skips a size that does not fit, saying so.
+FLEET_HOST_GB = 7.0
+# The environment's tar in the controller's cache, and each further host's copy of it beside the
+# environment it unpacks (the copies land at once).
+FLEET_ENV_COPY_GB = 2.5
 
 
 def fleet_disk_gb(hosts: int) -> float:
-    return FLEET_HOST_GB * hosts + 2
+    return FLEET_HOST_GB * hosts + FLEET_ENV_COPY_GB * hosts + 2
 
 
 def merge_downloads(src: Path, dest: Path) -> None:

@@ -308,9 +308,11 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
             "### 8. One build for the fleet",
             "",
             "Fresh identical hosts (Debian's kernel package installed, as a workstation has) provisioned by one "
-            "`site.yml` run, the driver in full mode, each fleet size starting with an empty cache of built modules "
-            "(`nvidia_driver_build_cache_dir`). The first host builds the driver's module with DKMS and hands it to "
-            "the controller's cache; the others wait for it and install it without compiling. Each host's own CPU "
+            "`site.yml` run, the driver in full mode, each fleet size starting with empty caches of built modules "
+            "and environments (`nvidia_driver_build_cache_dir`, `pytorch_env_build_cache_dir`). The first host "
+            "builds the driver's module with DKMS and the PyTorch environment, and hands both to the controller's "
+            "cache; the others wait for them, install the module without compiling and unpack the environment "
+            "instead of installing its wheels. Each host's own CPU "
             "seconds are counted (every process under its systemd-nspawn, with what they reaped): on this "
             f"machine's {results['machine']['cpus']} cores the wall time is the sum of all hosts' work, so the CPU "
             "figures are the ones to judge by.",
@@ -322,12 +324,13 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
                     "changed",
                     "controller CPU (s)",
                     "built by",
+                    "environment built by (its tar)",
                     "first host's CPU (s)",
                     "each further host's CPU (s)",
                     "worst further / first",
                 ],
                 (
-                    [n, v["skipped"], "", "", "", "", "", ""]
+                    [n, v["skipped"], "", "", "", "", "", "", ""]
                     if "skipped" in v
                     else [
                         n,
@@ -335,6 +338,11 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
                         v["changed"],
                         v["controller_cpu_s"],
                         ", ".join(v["built_by"]) or "none",
+                        (
+                            f"{', '.join(v['env_built_by'])} ({v.get('env_entry_gb', 0):.1f} GB)"
+                            if v.get("env_built_by")
+                            else "none"
+                        ),
                         f"{v['first_host_cpu_s']:.0f}",
                         ", ".join(f"{c:.0f}" for h, c in v["hosts_cpu_s"].items() if h != v["first_host"]) or "-",
                         f"{v['further_max_ratio']:.2f}" if v.get("further_max_ratio") is not None else "-",

@@ -127,7 +127,16 @@ def module_utils(name: str) -> ModuleType:
         assert spec.loader
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except ModuleNotFoundError as err:
+            # It imports another module_utils file not loaded yet: that one first, then this again.
+            sys.modules.pop(key, None)
+            needed = str(err.name or "")
+            if not needed.startswith("ansible.module_utils.gpuenv_") or needed == key:
+                raise
+            module_utils(needed.rsplit(".", 1)[1])
+            return module_utils(name)
     sys.modules[key] = module
     return module
 

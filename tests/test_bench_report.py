@@ -176,15 +176,16 @@ def test_one_build_for_the_fleet_is_judged_by_each_further_hosts_cpu_against_the
     assert "Where a further host's CPU goes" in md
 
 
-def test_each_bench_run_starts_with_an_empty_cache_of_built_modules_unless_it_names_its_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("variable", ["nvidia_driver_build_cache_dir", "pytorch_env_build_cache_dir"])
+def test_each_bench_run_starts_with_empty_caches_of_built_modules_and_environments_unless_it_names_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
     import phases  # noqa: PLC0415 - bench/phases.py, on the path above
 
     seen: list[dict[str, str]] = []
 
     def playbook(log_dir: Path, label: str, extra: dict[str, str], *args: Any, **kwargs: Any) -> dict[str, Any]:
-        cache = Path(extra["nvidia_driver_build_cache_dir"])
+        cache = Path(extra[variable])
         seen.append({**extra, "empty": str(cache.is_dir() and not any(cache.iterdir()))})
         return {}
 
@@ -193,8 +194,8 @@ def test_each_bench_run_starts_with_an_empty_cache_of_built_modules_unless_it_na
     bench = phases.Bench({"driver_mode": "full"}, {}, tmp_path)
     bench.playbook("pair1-gpuenv")
     bench.playbook("pair2-gpuenv")
-    bench.playbook("fleet-4", nvidia_driver_build_cache_dir=str(tmp_path / "fleet-cache"))
-    first, second, fleet = (s["nvidia_driver_build_cache_dir"] for s in seen)
+    bench.playbook("fleet-4", **{variable: str(tmp_path / "fleet-cache")})
+    first, second, fleet = (s[variable] for s in seen)
     assert first != second
     assert [s["empty"] for s in seen[:2]] == ["True", "True"]
     assert not Path(first).exists()  # gone after its run

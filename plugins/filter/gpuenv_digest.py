@@ -36,6 +36,11 @@ def gpuenv_code_digest(root: str) -> str:
     return h.hexdigest()
 
 
+# The fleet's caches of builds (<role>_build_cache, _dir, _keep) decide where a host's build comes
+# from, never what the host gets: another cache directory (a benchmark's per-run one) is no change.
+NOT_HOST_INPUTS = "_build_cache"
+
+
 def gpuenv_role_options(roles_dir: str, roles: list[str]) -> list[str]:
     """The option names the argument specs of ROLES declare (every entry point), sorted: the
     settings that make a stage do one thing or another."""
@@ -45,7 +50,7 @@ def gpuenv_role_options(roles_dir: str, roles: list[str]) -> list[str]:
         data = yaml.safe_load(spec_file.read_text()) or {}
         for entry in (data.get("argument_specs") or {}).values():
             names.update((entry or {}).get("options") or {})
-    return sorted(names)
+    return sorted(n for n in names if NOT_HOST_INPUTS not in n)
 
 
 def gpuenv_digest(value: Any) -> str:

@@ -17,16 +17,15 @@ Python 3.8 compatible: the host side runs on the hosts' own Python.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import shutil
 import tarfile
 from typing import Any
 
-from ansible.module_utils.gpuenv_cudnn_files import sha256_of
-from ansible.module_utils.gpuenv_hostparse import parse_os_release
+from ansible.module_utils.gpuenv_buildcache import digest_key, os_release_id  # noqa: F401 - the module takes it from here
+from ansible.module_utils.gpuenv_buildcache import plan as shared_plan
+from ansible.module_utils.gpuenv_buildcache import read_entry as shared_read_entry
 
 # The fields of a cache key, in the order the role's messages name them.
 KEY_FIELDS = ("package", "version", "kernel", "kernel_package", "config_sha256", "arch", "os", "signer")
@@ -36,17 +35,8 @@ _POSTINST_VAR = re.compile(r"^(DKMS_NAME|DKMS_VERSION)=(\S+)\s*$", re.MULTILINE)
 
 def cache_key(fields: dict[str, str]) -> str:
     """The entry's name: a digest of every field, so that any difference is another entry."""
-    missing = [f for f in KEY_FIELDS if f not in fields]
-    if missing:
-        raise ValueError(f"cache key without {', '.join(missing)}")
-    text = json.dumps({f: str(fields[f]) for f in KEY_FIELDS}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def os_release_id(text: str) -> str:
-    """The OS release ("debian 13") from /etc/os-release: the release whose DKMS and compiler built the module."""
-    values = parse_os_release(text)
-    return f"{values.get('ID', 'unknown')} {values.get('VERSION_ID', '')}".strip()
+    key: str = digest_key(fields, KEY_FIELDS)
+    return key
 
 
 def postinst_module(text: str) -> dict[str, str] | None:
@@ -89,70 +79,33 @@ def host_keys(
 
 
 def read_entry(cache_dir: str, key: str) -> dict[str, Any]:
-    """One entry as the plan sees it: {"state": "hit", "entry": ...}, {"state": "miss"}, or
-    {"state": "refused", "why": ...} for one that is damaged or does not describe its file."""
-    meta_path = os.path.join(cache_dir, key + ".json")
-    tar_path = os.path.join(cache_dir, key + ".tar.gz")
-    if not os.path.exists(meta_path):
-        return {"state": "miss"}
-    try:
-        with open(meta_path) as handle:
-            entry = json.load(handle)
-        recorded = str(entry["sha256"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return {"state": "refused", "why": f"its record {meta_path} cannot be read ({err})"}
-    if entry.get("key") != key:
-        return {"state": "refused", "why": f"its record {meta_path} is for another key ({entry.get('key')})"}
-    if not os.path.exists(tar_path):
-        return {"state": "refused", "why": f"{tar_path} is missing"}
-    actual = sha256_of(tar_path)
-    if actual != recorded:
-        return {
-            "state": "refused",
-            "why": f"{tar_path} has sha256 {actual}, not the {recorded} the cache recorded",
-        }
-    entry["file"] = tar_path
-    return {"state": "hit", "entry": entry}
+    """One entry as the plan sees it (gpuenv_buildcache): hit, miss, or refused and why."""
+    entry: dict[str, Any] = shared_read_entry(cache_dir, key, ".tar.gz")
+    return entry
 
 
 def plan(cache_dir: str, hosts: list[dict[str, Any]], wait: bool = True) -> dict[str, Any]:
     """For each host (in play order, each with its kernels' keys): the entries it restores, the
     kernels it builds, and (wait) the earlier host it waits for when every kernel it lacks is being
-    built by one. An entry that fails its check counts as missing, and says why."""
-    seen: dict[str, dict[str, Any]] = {}
-    building: dict[str, str] = {}  # key -> the host that builds it
-    out: dict[str, dict[str, Any]] = {}
-    for host in hosts:
-        name = str(host["host"])
-        restore: list[dict[str, Any]] = []
-        build: list[dict[str, Any]] = []
-        notes: list[str] = []
-        for item in host.get("kernels") or []:
-            key = str(item["key"])
-            if key not in seen:
-                seen[key] = read_entry(cache_dir, key)
-                if seen[key]["state"] == "refused":
-                    notes.append(
-                        f"the cached module for kernel {item['kernel']} (entry {key}) is refused: {seen[key]['why']};"
-                        " this host builds it and replaces the entry"
-                    )
-            state = seen[key]
-            if state["state"] == "hit":
-                restore.append({"kernel": item["kernel"], **state["entry"]})
-            else:
-                build.append(item)
-        waits = [building[b["key"]] for b in build if b["key"] in building]
-        wait_for = waits[0] if wait and build and len(waits) == len(build) else None
-        if wait_for is None:
-            for item in build:
-                building.setdefault(str(item["key"]), name)
+    built by one (gpuenv_buildcache). An entry that fails its check counts as missing, and says why."""
+    items = [
+        {"host": h["host"], "items": [{**k, "name": f"kernel {k['kernel']}"} for k in h.get("kernels") or []]}
+        for h in hosts
+    ]
+    planned = shared_plan(cache_dir, items, ".tar.gz", "module", wait=wait)
+
+    def bare(item: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in item.items() if k != "name"}
+
+    out = {}
+    for name, mine in planned["hosts"].items():
         out[name] = {
-            "restore": restore,
-            "build": [] if wait_for else build,
-            "wait": build if wait_for else [],
-            "wait_for": wait_for,
-            "notes": notes,
+            **mine,
+            "restore": [{"kernel": r["item"]["kernel"], **r["entry"]} for r in mine["restore"]],
+            "build": [bare(i) for i in mine["build"]],
+            "wait": [bare(i) for i in mine["wait"]],
         }
+        del out[name]["refused"]  # DKMS's hosts export every module they build
     return {"hosts": out}
 
 

@@ -34,6 +34,9 @@ from tests.fleet.site import MIRROR, STACK_D, STACK_K, STACK_N, Site, link, put,
 INSTALLING = (
     "pgrep -f 'envs/.store/default-[^ ]*/bin/python -m [p]ip install|[u]v pip (compile|sync) .*envs/.store/default-'"
 )
+# The runs that fault the installer at work install: an environment an earlier test's play left in
+# the fleet's cache would be unpacked instead (pytorch_env_build_cache).
+INSTALL = ("-e", "pytorch_env_build_cache=false")
 HEADER = "grep -h -E '^#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' /usr/local/cuda/include/cudnn_version.h"
 
 
@@ -133,7 +136,7 @@ def killed_mid_change_leaves_the_active_stack_whole(site: Site) -> None:
     kill_run(run, "sb1")
     assert active("sb1") == before
     # 3. During the environment's install.
-    run = site.start("site.yml", "--limit", "sb1")
+    run = site.start("site.yml", "--limit", "sb1", *INSTALL)
     assert wait_for("sb1", INSTALLING, 900), (site.root / "background.log").read_text()[-3000:]
     kill_run(run, "sb1")
     # site.yml finishes the CUDA stage after the environment's (cuDNN's unpack runs beside it), so
@@ -181,7 +184,7 @@ def mirror_out_of_reach_is_named_and_slow_or_cut_links_converge(site: Site) -> N
     # emptied, so that the cut lands in torch's download): the run goes on and converges.
     assert ssh("sb2", "rm -rf /var/cache/gpuenv/uv").returncode == 0
     faults.slow("sb2", "16mbit")
-    run = site.start("env.yml", "--limit", "sb2")
+    run = site.start("env.yml", "--limit", "sb2", *INSTALL)
     try:
         assert wait_for("sb2", INSTALLING, 900)
         subprocess.run(["sleep", "5"], check=True)  # noqa: S607
@@ -249,7 +252,7 @@ def test_a_host_powered_off_mid_rollout_stops_it_and_a_second_run_finishes(site:
     # Two hosts are enough to show it: sb3 is the canary batch, sb4 the batch after it.
     site.declare(STACK_D)
     untouched = (link("sb4", "/usr/local/cuda"), link("sb4", "/opt/gpuenv/envs/default"))
-    run = site.start("upgrade.yml", "--limit", "sb3,sb4")
+    run = site.start("upgrade.yml", "--limit", "sb3,sb4", *INSTALL)
     # sb3 builds the new environment in its batch: power it off then.
     assert wait_for("sb3", INSTALLING, 1200), (site.root / "background.log").read_text()[-3000:]
     faults.stop("sb3")
