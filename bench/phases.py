@@ -324,8 +324,9 @@ class Bench:
                 )
                 before, after = record["cpu_samples"][0][1], record["cpu_samples"][-1][1]
                 built_by = sorted({json.loads(p.read_text())["built_by"] for p in cache_dir.glob("*.json")})
-                env_built_by = sorted({json.loads(p.read_text())["built_by"] for p in env_cache_dir.glob("*.json")})
-                env_entry_gb = round(sum(p.stat().st_size for p in env_cache_dir.glob("*.tar")) / 1e9, 2)
+                env_records = [json.loads(p.read_text()) for p in env_cache_dir.glob("*.json")]
+                env_built_by = sorted({r["built_by"] for r in env_records})
+                env_entry_gb = round(sum(r["size"] for r in env_records) / 1e9, 2)
             finally:
                 shutil.rmtree(cache_dir, ignore_errors=True)
                 shutil.rmtree(env_cache_dir, ignore_errors=True)
