@@ -338,11 +338,8 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
                         v["changed"],
                         v["controller_cpu_s"],
                         ", ".join(v["built_by"]) or "none",
-                        (
-                            f"{', '.join(v['env_built_by'])} ({v.get('env_entry_gb', 0):.1f} GB)"
-                            if v.get("env_built_by")
-                            else "none"
-                        ),
+                        ", ".join(v.get("env_built_by") or ["none"])
+                        + (f" ({v['env_entry_gb']:.1f} GB)" if v.get("env_entry_gb") else ""),
                         f"{v['first_host_cpu_s']:.0f}",
                         ", ".join(f"{c:.0f}" for h, c in v["hosts_cpu_s"].items() if h != v["first_host"]) or "-",
                         f"{v['further_max_ratio']:.2f}" if v.get("further_max_ratio") is not None else "-",
