@@ -317,3 +317,22 @@ def test_without_zstd_a_build_is_not_shared_and_a_copy_not_unpacked_saying_so(
     assert restored["restored"] is False
     assert "zstd is not installed on this host" in restored["refused"]
     assert list((host / ".store").iterdir()) == []
+
+
+def test_a_host_reached_through_sudo_builds_for_itself_and_the_next_host_builds_for_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUDO_USER", "admin")
+    args = {"env_dir": "/opt/e", "locks": [], "env_id": "0123abcd", "installer": "venv-uv 0.13.9", "python": ""}
+    out = mod.facts(**args, host="sb1")
+    assert out["exports"] is False
+    assert "as admin with privilege escalation" in out["why_not_exports"]
+    assert "connect as root" in out["why_not_exports"]
+    monkeypatch.delenv("SUDO_USER")
+    assert mod.facts(**args, host="sb1")["exports"] is True
+    # Ansible's fetch through sudo would read the tar whole into memory: sb1 builds for itself, sb2
+    # builds for the hosts after it, and nobody waits for a build that is never handed over.
+    hosts = [{**keyed("sb1"), "exports": False}, keyed("sb2"), keyed("sb3")]
+    planned = mod.plan_env(str(tmp_path), hosts, True, 2)["hosts"]
+    assert [planned[h]["action"] for h in ("sb1", "sb2", "sb3")] == ["build", "build", "wait"]
+    assert planned["sb3"]["wait_for"] == "sb2"

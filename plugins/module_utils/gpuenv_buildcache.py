@@ -95,7 +95,8 @@ def plan(cache_dir: str, hosts: list[dict[str, Any]], ext: str, what: str, wait:
                 build.append(item)
         waits = [building[b["key"]] for b in build if b["key"] in building]
         wait_for = waits[0] if wait and build and len(waits) == len(build) else None
-        if wait_for is None:
+        # A host that cannot hand its build over ("exports": false) builds for itself alone.
+        if wait_for is None and host.get("exports", True):
             for item in build:
                 building.setdefault(str(item["key"]), name)
         out[name] = {

@@ -126,6 +126,9 @@ fields:
 shareable:
   description: facts, whether an environment built here is the same on any host with the same key.
   type: bool
+exports:
+  description: facts, whether its build can be handed to the controller (not through sudo or doas).
+  type: bool
 why:
   description: facts, why not, when not.
   type: str
@@ -178,6 +181,16 @@ def _relative(root: str, path: str) -> str:
 
 def facts(*, env_dir: str, locks: list[str], env_id: str, installer: str, python: str, host: str) -> dict[str, Any]:
     result: dict[str, Any] = {"changed": False, "host": host, "shareable": True, "why": "", "key": "", "fields": {}}
+    # Through sudo or doas, Ansible's fetch reads a file whole into memory (its slurp module): a
+    # tar of gigabytes cannot be handed over that way. Such a host restores, and builds for itself.
+    escalated = os.environ.get("SUDO_USER") or os.environ.get("DOAS_USER")
+    result["exports"] = not escalated
+    result["why_not_exports"] = (
+        f"Ansible reaches it as {escalated} with privilege escalation, and its fetch would read the tar of the"
+        " environment whole into memory; connect as root to share a build"
+        if escalated
+        else ""
+    )
     interpreter = ""
     if python:
         found = shutil.which(python)
@@ -222,7 +235,14 @@ def prune(cache_dir: str, keep: int, used: set[str]) -> list[str]:
 
 
 def plan_env(cache_dir: str, hosts: list[dict[str, Any]], wait: bool, keep: int) -> dict[str, Any]:
-    items = [{"host": h["host"], "items": [{"key": h["key"], "name": f"{h['fields']['env_dir']}"}]} for h in hosts]
+    items = [
+        {
+            "host": h["host"],
+            "exports": h.get("exports", True),
+            "items": [{"key": h["key"], "name": h["fields"]["env_dir"]}],
+        }
+        for h in hosts
+    ]
     planned = plan(cache_dir, items, EXT, "environment", wait=wait)
     out = {}
     for name, mine in planned["hosts"].items():
@@ -233,7 +253,7 @@ def plan_env(cache_dir: str, hosts: list[dict[str, Any]], wait: bool, keep: int)
             "wait_for": mine["wait_for"],
             "notes": mine["notes"],
             # Its build goes to the cache to replace an entry that was refused.
-            "replaces": bool(mine["refused"]),
+            "replaces": bool(mine["refused"]) and next(h for h in hosts if h["host"] == name).get("exports", True),
         }
     pruned = prune(cache_dir, keep, {str(h["key"]) for h in hosts})
     return {"hosts": out, "pruned": pruned}
