@@ -105,7 +105,8 @@ def plan(cache_dir: str, hosts: list[dict[str, Any]], ext: str, what: str, wait:
             "wait": build if wait_for else [],
             "wait_for": wait_for,
             "notes": notes,
-            # The entries this host replaces: the first host with a refused key builds it.
-            "refused": refused,
+            # The entries this host replaces: the first host with a refused key builds it, when it
+            # can hand its build over.
+            "refused": refused if host.get("exports", True) else [],
         }
     return {"hosts": out}

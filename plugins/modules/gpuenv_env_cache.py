@@ -253,7 +253,7 @@ def plan_env(cache_dir: str, hosts: list[dict[str, Any]], wait: bool, keep: int)
             "wait_for": mine["wait_for"],
             "notes": mine["notes"],
             # Its build goes to the cache to replace an entry that was refused.
-            "replaces": bool(mine["refused"]) and next(h for h in hosts if h["host"] == name).get("exports", True),
+            "replaces": bool(mine["refused"]),
         }
     pruned = prune(cache_dir, keep, {str(h["key"]) for h in hosts})
     return {"hosts": out, "pruned": pruned}
