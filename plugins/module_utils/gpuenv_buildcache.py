@@ -38,6 +38,15 @@ def os_release_id(text: str) -> str:
     return f"{values.get('ID', 'unknown')} {values.get('VERSION_ID', '')}".strip()
 
 
+def host_os_release(path: str) -> str:
+    """The host's OS release ("debian 13") from its os-release file; "unknown" where it cannot be read."""
+    try:
+        with open(path, errors="replace") as handle:
+            return os_release_id(handle.read())
+    except OSError:
+        return os_release_id("")
+
+
 def read_entry(cache_dir: str, key: str, ext: str) -> dict[str, Any]:
     """One entry as the plan sees it: {"state": "hit", "entry": ...} (its record, with "file" where it
     lies), {"state": "miss"}, or {"state": "refused", "why": ...} for one that is damaged or does not

@@ -23,7 +23,7 @@ import shutil
 import tarfile
 from typing import Any
 
-from ansible.module_utils.gpuenv_buildcache import digest_key, os_release_id  # noqa: F401 - the module takes it from here
+from ansible.module_utils.gpuenv_buildcache import digest_key
 from ansible.module_utils.gpuenv_buildcache import plan as shared_plan
 from ansible.module_utils.gpuenv_buildcache import read_entry as shared_read_entry
 

@@ -10,12 +10,12 @@ import platform
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuenv_buildcache import host_os_release
 from ansible.module_utils.gpuenv_cudnn_files import sha256_of
 from ansible.module_utils.gpuenv_dkms import (
     check_tarball,
     host_keys,
     merge_tarballs,
-    os_release_id,
     plan,
     postinst_module,
 )
@@ -165,7 +165,7 @@ def facts(
             )
         else:
             signer = sha256_of(signer_cert)
-    os_id = os_release_id(_read(OS_RELEASE) or "")
+    os_id = host_os_release(OS_RELEASE)
     result["built"] = sorted(built)
     result["kernels"] = host_keys(
         package=package,

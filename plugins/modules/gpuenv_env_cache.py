@@ -15,7 +15,7 @@ import tempfile
 from typing import IO, Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpuenv_buildcache import digest_key, os_release_id, plan
+from ansible.module_utils.gpuenv_buildcache import digest_key, host_os_release, plan
 from ansible.module_utils.gpuenv_cudnn_files import sha256_of
 
 DOCUMENTATION = r"""
@@ -164,14 +164,6 @@ CHUNK = 1 << 20
 RESTORE_PREFIX = ".gpuenv-restore-"
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path, errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
-
-
 def _relative(root: str, path: str) -> str:
     rel = os.path.relpath(path, root)
     if rel.startswith("..") or os.path.isabs(rel):
@@ -210,7 +202,7 @@ def facts(*, env_dir: str, locks: list[str], env_id: str, installer: str, python
         "installer": installer,
         "python_sha256": interpreter,
         "arch": platform.machine(),
-        "os": os_release_id(_read(OS_RELEASE)),
+        "os": host_os_release(OS_RELEASE),
         "lock_sha256": lock_sha.hexdigest(),
     }
     result.update(key=digest_key(fields, KEY_FIELDS), fields=fields)
