@@ -54,15 +54,17 @@ class Bench:
     def playbook(
         self, label: str, limit: list[str] | None = None, sample_hosts: list[str] | None = None, **extra: str
     ) -> dict[str, Any]:
-        # Each run starts with empty caches of built driver modules and environments unless it names
+        # Each run starts with empty caches of built driver modules, environments and unpacked cuDNNs unless it names
         # its own (the fleet phase): a fresh host beside the floor builds as a fleet's first host does,
         # never restoring what an earlier pair left in the machine's caches.
         with (
             tempfile.TemporaryDirectory(prefix="dkms-", dir=work_dir()) as modules,
             tempfile.TemporaryDirectory(prefix="envs-", dir=work_dir()) as envs,
+            tempfile.TemporaryDirectory(prefix="cudnn-", dir=work_dir()) as cudnns,
         ):
             extra.setdefault("nvidia_driver_build_cache_dir", modules)
             extra.setdefault("pytorch_env_build_cache_dir", envs)
+            extra.setdefault("cudnn_build_cache_dir", cudnns)
             return playbook(self.log_dir, label, {**self.extra_vars, **extra}, limit, sample_hosts=sample_hosts)
 
     def fresh_fleet(
@@ -314,6 +316,7 @@ class Bench:
             names = [f"sb{i}" for i in range(1, n + 1)]
             cache_dir = Path(tempfile.mkdtemp(prefix=f"dkms-{n}-", dir=work_dir()))
             env_cache_dir = Path(tempfile.mkdtemp(prefix=f"envs-{n}-", dir=work_dir()))
+            cudnn_cache_dir = Path(tempfile.mkdtemp(prefix=f"cudnn-{n}-", dir=work_dir()))
             try:
                 record = self.playbook(
                     f"fleet-{n}",
@@ -321,15 +324,19 @@ class Bench:
                     nvidia_driver_mode="full",
                     nvidia_driver_build_cache_dir=str(cache_dir),
                     pytorch_env_build_cache_dir=str(env_cache_dir),
+                    cudnn_build_cache_dir=str(cudnn_cache_dir),
                 )
                 before, after = record["cpu_samples"][0][1], record["cpu_samples"][-1][1]
                 built_by = sorted({json.loads(p.read_text())["built_by"] for p in cache_dir.glob("*.json")})
                 env_records = [json.loads(p.read_text()) for p in env_cache_dir.glob("*.json")]
                 env_built_by = sorted({r["built_by"] for r in env_records})
                 env_entry_gb = round(sum(r["size"] for r in env_records) / 1e9, 2)
+                cudnn_records = [json.loads(p.read_text()) for p in cudnn_cache_dir.glob("*.json")]
+                cudnn_built_by = sorted({r["built_by"] for r in cudnn_records})
+                cudnn_entry_gb = round(sum(r["size"] for r in cudnn_records) / 1e9, 2)
             finally:
-                shutil.rmtree(cache_dir, ignore_errors=True)
-                shutil.rmtree(env_cache_dir, ignore_errors=True)
+                for made in (cache_dir, env_cache_dir, cudnn_cache_dir):
+                    shutil.rmtree(made, ignore_errors=True)
             cpu = {h: round(after[h] - before[h], 1) for h in names}
             first = built_by[0] if built_by else names[0]
             further = {h: c for h, c in cpu.items() if h != first}
@@ -342,6 +349,9 @@ class Bench:
                 # The environment's builder and the size of what it handed the others.
                 "env_built_by": env_built_by,
                 "env_entry_gb": env_entry_gb,
+                # cuDNN's unpacker, and the size of its unpacked copy's tar.
+                "cudnn_built_by": cudnn_built_by,
+                "cudnn_entry_gb": cudnn_entry_gb,
                 "first_host": first,
                 "first_host_cpu_s": cpu[first],
                 "further_max_ratio": round(max(further.values()) / cpu[first], 3) if further and cpu[first] else None,

@@ -309,10 +309,11 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
             "",
             "Fresh identical hosts (Debian's kernel package installed, as a workstation has) provisioned by one "
             "`site.yml` run, the driver in full mode, each fleet size starting with empty caches of built modules "
-            "and environments (`nvidia_driver_build_cache_dir`, `pytorch_env_build_cache_dir`). The first host "
-            "builds the driver's module with DKMS and the PyTorch environment, and hands both to the controller's "
-            "cache; the others wait for them, install the module without compiling and unpack the environment "
-            "instead of installing its wheels. Each host's own CPU "
+            "environments and unpacked cuDNNs (`nvidia_driver_build_cache_dir`, `pytorch_env_build_cache_dir`, "
+            "`cudnn_build_cache_dir`). The first host builds the driver's module with DKMS and the PyTorch "
+            "environment, unpacks cuDNN's tarball, and hands all three to the controller's cache; the others wait "
+            "for them, install the module without compiling, unpack the environment instead of installing its "
+            "wheels and copy cuDNN's unpacked files instead of decompressing its tarball. Each host's own CPU "
             "seconds are counted (every process under its systemd-nspawn, with what they reaped): on this "
             f"machine's {results['machine']['cpus']} cores the wall time is the sum of all hosts' work, so the CPU "
             "figures are the ones to judge by.",
@@ -325,12 +326,13 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
                     "controller CPU (s)",
                     "built by",
                     "environment built by (its tar)",
+                    "cuDNN unpacked by (its tar)",
                     "first host's CPU (s)",
                     "each further host's CPU (s)",
                     "worst further / first",
                 ],
                 (
-                    [n, v["skipped"], "", "", "", "", "", "", ""]
+                    [n, v["skipped"], "", "", "", "", "", "", "", ""]
                     if "skipped" in v
                     else [
                         n,
@@ -340,6 +342,8 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
                         ", ".join(v["built_by"]) or "none",
                         ", ".join(v.get("env_built_by") or ["none"])
                         + (f" ({v['env_entry_gb']:.1f} GB)" if v.get("env_entry_gb") else ""),
+                        ", ".join(v.get("cudnn_built_by") or ["none"])
+                        + (f" ({v['cudnn_entry_gb']:.1f} GB)" if v.get("cudnn_entry_gb") else ""),
                         f"{v['first_host_cpu_s']:.0f}",
                         ", ".join(f"{c:.0f}" for h, c in v["hosts_cpu_s"].items() if h != v["first_host"]) or "-",
                         f"{v['further_max_ratio']:.2f}" if v.get("further_max_ratio") is not None else "-",

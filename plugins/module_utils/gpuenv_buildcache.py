@@ -1,5 +1,6 @@
 """The controller's caches of what one host of a fleet built and the others take instead of building
-(gpuenv_dkms_cache: the driver's DKMS module; gpuenv_env_cache: the PyTorch environment).
+(gpuenv_dkms_cache: the driver's DKMS module; gpuenv_env_cache: the PyTorch environment;
+gpuenv_cudnn_cache: cuDNN's unpacked tarball).
 
 An entry is a file `<key><ext>` and its record `<key>.json`, the record fetched last: it is what
 makes an entry, and holds the file's sha256. A key is a digest of everything the built artifact
@@ -13,13 +14,27 @@ Python 3.8 compatible: the host side runs on the hosts' own Python.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from typing import Any
+import shutil
+import stat
+import subprocess
+import tempfile
+from typing import IO, Any
 
 from ansible.module_utils.gpuenv_cudnn_files import sha256_of
 from ansible.module_utils.gpuenv_hostparse import parse_os_release
+
+# A tar compressed with zstd: about half the bytes to copy and keep, and unpacked faster than it is
+# copied. The roles install zstd where their cache is on.
+EXT = ".tar.zst"
+ZSTD_PACK = "zstd -T0 -3"
+CHUNK = 1 << 20
+# The directory an unpack works in, beside where the result goes (the same filesystem: moved, not
+# copied).
+RESTORE_PREFIX = ".gpuenv-restore-"
 
 
 def digest_key(fields: dict[str, Any], names: tuple[str, ...]) -> str:
@@ -119,3 +134,127 @@ def plan(cache_dir: str, hosts: list[dict[str, Any]], ext: str, what: str, wait:
             "refused": refused if host.get("exports", True) else [],
         }
     return {"hosts": out}
+
+
+def escalated_user() -> str:
+    """The user Ansible reached this host as, where it escalated through sudo or doas; "" otherwise.
+    Through them Ansible's fetch reads a file whole into memory (its slurp module): a tar of
+    gigabytes cannot be handed over that way."""
+    return os.environ.get("SUDO_USER") or os.environ.get("DOAS_USER") or ""
+
+
+def relative(root: str, path: str) -> str:
+    rel = os.path.relpath(path, root)
+    if rel.startswith("..") or os.path.isabs(rel):
+        raise ValueError(f"{path} is not under {root}")
+    return rel
+
+
+class Hashing:
+    """A file written (or read) through sha256."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def pump(self, src: IO[bytes], dest: IO[bytes]) -> None:
+        """Copy src to dest through the digest; when dest stops taking it (tar exited), the rest of
+        src is still read into the digest, so that a damaged copy is told by its sha256."""
+        writing = True
+        while True:
+            block = src.read(CHUNK)
+            if not block:
+                return
+            self.digest.update(block)
+            self.size += len(block)
+            if writing:
+                try:
+                    dest.write(block)
+                except BrokenPipeError:
+                    writing = False
+
+
+def pack_tar(tar: str, root: str, members: list[str], dest: str) -> dict[str, Any]:
+    """Write the members (relative to root) as a zstd tar at dest, hashing it as it is written:
+    {"rc", "error", "sha256", "size"}. Owners by name (a group's id differs between hosts), modes and
+    hard links as they are. A failed tar leaves no file at dest."""
+    hashing = Hashing()
+    argv = [tar, "--create", "--file=-", f"--use-compress-program={ZSTD_PACK}", f"--directory={root}", "--", *members]
+    with open(dest, "wb") as out, tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors)  # noqa: S603 - tar, no shell
+        hashing.pump(proc.stdout, out)  # type: ignore[arg-type]  # a pipe: stdout=PIPE
+        rc = proc.wait()
+        error = tail(errors)
+    if rc != 0:
+        remove_file(dest)
+    return {"rc": rc, "error": error, "sha256": hashing.digest.hexdigest(), "size": hashing.size}
+
+
+def extract_tar(tar: str, src: str, into: str) -> dict[str, Any]:
+    """Extract the zstd tar src into the directory into, hashing src as it is read: {"rc", "error",
+    "sha256"}. GNU tar as root keeps the owners (by name) and modes, skips members with "..", and makes
+    symbolic links last, so that no member is written through one."""
+    hashing = Hashing()
+    argv = [tar, "--extract", "--file=-", "--use-compress-program=zstd", f"--directory={into}"]
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=errors)  # noqa: S603 - tar, no shell
+        try:
+            with open(src, "rb") as handle, proc.stdin as pipe:  # type: ignore[union-attr]  # stdin=PIPE
+                hashing.pump(handle, pipe)
+        except BrokenPipeError:  # tar stopped early: its exit status and message say why
+            pass
+        rc = proc.wait()
+        error = tail(errors)
+    return {"rc": rc, "error": error, "sha256": hashing.digest.hexdigest()}
+
+
+def work_dir(parent: str) -> str:
+    """A new directory to unpack in under parent, after removing what a killed unpack left there
+    (gigabytes that nothing is made of)."""
+    os.makedirs(parent, exist_ok=True)
+    for name in os.listdir(parent):
+        if name.startswith(RESTORE_PREFIX):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=RESTORE_PREFIX, dir=parent)
+
+
+def prune(cache_dir: str, keep: int, used: set[str], ext: str = EXT) -> list[str]:
+    """Remove the entries beyond the newest `keep` that no host of this plan uses; their record first,
+    since a record is what makes an entry."""
+    records = []
+    for name in os.listdir(cache_dir):
+        key, suffix = os.path.splitext(name)
+        if suffix == ".json" and key not in used:
+            records.append((os.path.getmtime(os.path.join(cache_dir, name)), key))
+    removed = []
+    for _, key in sorted(records, reverse=True)[max(keep, 0) :]:
+        for suffix in (".json", ext):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(cache_dir, key + suffix))
+        removed.append(key)
+    return sorted(removed)
+
+
+def tree_size(path: str) -> int:
+    """Bytes of the regular files under path (or of path), each hard-linked file once."""
+    if not os.path.isdir(path):
+        return os.path.getsize(path) if os.path.isfile(path) else 0
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            st = os.lstat(os.path.join(dirpath, name))
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def tail(errors: IO[bytes]) -> str:
+    errors.seek(0)
+    return errors.read().decode(errors="replace").strip()[-400:]
+
+
+def remove_file(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)

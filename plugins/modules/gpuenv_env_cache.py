@@ -3,19 +3,28 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import platform
 import shutil
-import stat
-import subprocess
-import tempfile
-from typing import IO, Any
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpuenv_buildcache import digest_key, host_os_release, plan
+from ansible.module_utils.gpuenv_buildcache import (
+    EXT,
+    digest_key,
+    escalated_user,
+    extract_tar,
+    host_os_release,
+    pack_tar,
+    plan,
+    prune,
+    relative,
+    remove_file,
+    tree_size,
+    work_dir,
+)
 from ansible.module_utils.gpuenv_cudnn_files import sha256_of
 
 DOCUMENTATION = r"""
@@ -154,28 +163,14 @@ refused:
 
 # The fields of an environment's key, in the order the role's messages name them.
 KEY_FIELDS = ("env_id", "env_dir", "installer", "python_sha256", "arch", "os", "lock_sha256")
-# A tar compressed with zstd: half the bytes to copy and keep, and unpacked faster than it is
-# copied. The role installs zstd with the backend's OS packages.
-EXT = ".tar.zst"
-ZSTD_PACK = "zstd -T0 -3"
 OS_RELEASE = "/etc/os-release"
-CHUNK = 1 << 20
-# The directory an unpack works in, beside the environments (the same filesystem: moved, not copied).
-RESTORE_PREFIX = ".gpuenv-restore-"
-
-
-def _relative(root: str, path: str) -> str:
-    rel = os.path.relpath(path, root)
-    if rel.startswith("..") or os.path.isabs(rel):
-        raise ValueError(f"{path} is not under {root}")
-    return rel
 
 
 def facts(*, env_dir: str, locks: list[str], env_id: str, installer: str, python: str, host: str) -> dict[str, Any]:
     result: dict[str, Any] = {"changed": False, "host": host, "shareable": True, "why": "", "key": "", "fields": {}}
-    # Through sudo or doas, Ansible's fetch reads a file whole into memory (its slurp module): a
-    # tar of gigabytes cannot be handed over that way. Such a host restores, and builds for itself.
-    escalated = os.environ.get("SUDO_USER") or os.environ.get("DOAS_USER")
+    # A host reached through sudo or doas cannot hand a tar of gigabytes over (escalated_user says
+    # why): it restores, and builds for itself.
+    escalated = escalated_user()
     result["exports"] = not escalated
     result["why_not_exports"] = (
         f"Ansible reaches it as {escalated} with privilege escalation, and its fetch would read the tar of the"
@@ -209,23 +204,6 @@ def facts(*, env_dir: str, locks: list[str], env_id: str, installer: str, python
     return result
 
 
-def prune(cache_dir: str, keep: int, used: set[str]) -> list[str]:
-    """Remove the entries beyond the newest `keep` that no host of this plan uses; their record first,
-    since a record is what makes an entry."""
-    records = []
-    for name in os.listdir(cache_dir):
-        key, ext = os.path.splitext(name)
-        if ext == ".json" and key not in used:
-            records.append((os.path.getmtime(os.path.join(cache_dir, name)), key))
-    removed = []
-    for _, key in sorted(records, reverse=True)[max(keep, 0) :]:
-        for ext in (".json", EXT):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(cache_dir, key + ext))
-        removed.append(key)
-    return sorted(removed)
-
-
 def plan_env(cache_dir: str, hosts: list[dict[str, Any]], wait: bool, keep: int) -> dict[str, Any]:
     items = [
         {
@@ -251,30 +229,6 @@ def plan_env(cache_dir: str, hosts: list[dict[str, Any]], wait: bool, keep: int)
     return {"hosts": out, "pruned": pruned}
 
 
-class _Hashing:
-    """A file written (or read) through sha256."""
-
-    def __init__(self) -> None:
-        self.digest = hashlib.sha256()
-        self.size = 0
-
-    def pump(self, src: IO[bytes], dest: IO[bytes]) -> None:
-        """Copy src to dest through the digest; when dest stops taking it (tar exited), the rest of
-        src is still read into the digest, so that a damaged copy is told by its sha256."""
-        writing = True
-        while True:
-            block = src.read(CHUNK)
-            if not block:
-                return
-            self.digest.update(block)
-            self.size += len(block)
-            if writing:
-                try:
-                    dest.write(block)
-                except BrokenPipeError:
-                    writing = False
-
-
 def pack(
     module: AnsibleModule,
     *,
@@ -294,27 +248,21 @@ def pack(
             "record": "",
             "warnings": [f"zstd is not installed on {host}: its build of {env_dir} is not shared (apt install zstd)"],
         }
-    members = [_relative(root, env_dir)] + [_relative(root, lock) for lock in locks if os.path.isfile(lock)]
+    members = [relative(root, env_dir)] + [relative(root, lock) for lock in locks if os.path.isfile(lock)]
     os.makedirs(staging, mode=0o700, exist_ok=True)
     dest = os.path.join(staging, key + EXT)
-    hashing = _Hashing()
-    # Owners by name (the group's id differs between hosts), modes and hard links as they are.
-    argv = [tar, "--create", "--file=-", f"--use-compress-program={ZSTD_PACK}", f"--directory={root}", "--", *members]
-    with open(dest, "wb") as out, tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors)  # noqa: S603 - tar, no shell
-        hashing.pump(proc.stdout, out)  # type: ignore[arg-type]  # a pipe: stdout=PIPE
-        rc = proc.wait()
-        err = _tail(errors)
-    if rc != 0:
-        os.remove(dest)
-        module.fail_json(msg=f"tar of {env_dir} failed (exit {rc}): {err}; the build stays on this host only")
+    packed = pack_tar(tar, root, members, dest)
+    if packed["rc"] != 0:
+        module.fail_json(
+            msg=f"tar of {env_dir} failed (exit {packed['rc']}): {packed['error']}; the build stays on this host only"
+        )
     record = {
         "key": key,
         "fields": fields,
-        "sha256": hashing.digest.hexdigest(),
-        "size": hashing.size,
+        "sha256": packed["sha256"],
+        "size": packed["size"],
         # What it takes unpacked: a restoring host checks its room for both first.
-        "unpacked_size": sum(_tree_size(os.path.join(root, m)) for m in members),
+        "unpacked_size": sum(tree_size(os.path.join(root, m)) for m in members),
         "env": members[0],
         "locks": members[1:],
         "built_by": host,
@@ -330,42 +278,25 @@ def unpack(module: AnsibleModule, root: str, env_dir: str, entry: dict[str, Any]
     locks into place only when src's sha256 is the entry's. Removes src either way."""
     result: dict[str, Any] = {"changed": False, "restored": False, "refused": ""}
     env_rel = str(entry.get("env", ""))
-    if env_rel != _relative(root, env_dir):
+    if env_rel != relative(root, env_dir):
         result["refused"] = f"the entry holds {env_rel or 'no environment'}, not {env_dir}"
-        _remove(src)
+        remove_file(src)
         return result
     tar = module.get_bin_path("tar", required=True)
     if module.get_bin_path("zstd") is None:
         result["refused"] = "zstd is not installed on this host (the role installs it with pytorch_env_build_cache on)"
-        _remove(src)
+        remove_file(src)
         return result
-    store = os.path.dirname(env_dir)
-    os.makedirs(store, exist_ok=True)
-    # What a killed restore left: gigabytes that no environment is made of.
-    for name in os.listdir(store):
-        if name.startswith(RESTORE_PREFIX):
-            shutil.rmtree(os.path.join(store, name), ignore_errors=True)
-    work = tempfile.mkdtemp(prefix=RESTORE_PREFIX, dir=store)
+    work = work_dir(os.path.dirname(env_dir))
     try:
-        hashing = _Hashing()
-        # GNU tar as root keeps the owners (by name) and modes, skips members with "..", and makes
-        # symbolic links last, so that no member is written through one.
-        argv = [tar, "--extract", "--file=-", "--use-compress-program=zstd", f"--directory={work}"]
-        with tempfile.TemporaryFile() as errors:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=errors)  # noqa: S603 - tar, no shell
-            try:
-                with open(src, "rb") as handle, proc.stdin as pipe:  # type: ignore[union-attr]  # stdin=PIPE
-                    hashing.pump(handle, pipe)
-            except BrokenPipeError:  # tar stopped early: its exit status and message say why
-                pass
-            rc = proc.wait()
-            err = _tail(errors)
-        actual = hashing.digest.hexdigest()
-        if actual != entry.get("sha256"):
-            result["refused"] = f"its copy {src} has sha256 {actual}, not the {entry.get('sha256')} the cache recorded"
+        extracted = extract_tar(tar, src, work)
+        if extracted["sha256"] != entry.get("sha256"):
+            result["refused"] = (
+                f"its copy {src} has sha256 {extracted['sha256']}, not the {entry.get('sha256')} the cache recorded"
+            )
             return result
-        if rc != 0:
-            result["refused"] = f"tar could not extract its copy {src} (exit {rc}): {err}"
+        if extracted["rc"] != 0:
+            result["refused"] = f"tar could not extract its copy {src} (exit {extracted['rc']}): {extracted['error']}"
             return result
         unpacked = os.path.join(work, env_rel)
         if not os.path.isfile(os.path.join(unpacked, ".gpuenv-env.json")):
@@ -383,32 +314,7 @@ def unpack(module: AnsibleModule, root: str, env_dir: str, entry: dict[str, Any]
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        _remove(src)
-
-
-def _tree_size(path: str) -> int:
-    """Bytes of the regular files under path (or of path), each hard-linked file once."""
-    if not os.path.isdir(path):
-        return os.path.getsize(path) if os.path.isfile(path) else 0
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            st = os.lstat(os.path.join(dirpath, name))
-            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_size
-    return total
-
-
-def _tail(errors: IO[bytes]) -> str:
-    errors.seek(0)
-    return errors.read().decode(errors="replace").strip()[-400:]
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
+        remove_file(src)
 
 
 def main() -> None:

@@ -89,9 +89,11 @@ def inventory(state: State) -> dict[str, Any]:
                 "gpuenv_sandbox_controller": controller_ip(),
                 "gpuenv_sandbox_mirror_url": f"http://{controller_ip()}:{MIRROR_PORT}",
                 "gpuenv_sandbox_cache_url": cache_url(),
-                # The controller's cache of built environments lives as long as the sandbox (`down`
-                # removes it): gigabytes each, which the machine's caches have no room to keep.
+                # The controller's caches of built environments and unpacked cuDNNs live as long as
+                # the sandbox (`down` removes them): gigabytes each, which the machine's caches have no
+                # room to keep.
                 "pytorch_env_build_cache_dir": str(sandbox_dir() / "env-cache"),
+                "cudnn_build_cache_dir": str(sandbox_dir() / "cudnn-cache"),
             },
             "children": {
                 "gpu_hosts": {"hosts": {h.name: {"ansible_host": h.ip} for h in state.hosts.values()}, "children": {}},

@@ -37,6 +37,8 @@ INSTALLING = (
 # The runs that fault the installer at work install: an environment an earlier test's play left in
 # the fleet's cache would be unpacked instead (pytorch_env_build_cache).
 INSTALL = ("-e", "pytorch_env_build_cache=false")
+# And those that kill cuDNN's unpack, with the cache of unpacked cuDNNs off.
+UNPACK = ("-e", "cudnn_build_cache=false")
 HEADER = "grep -h -E '^#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' /usr/local/cuda/include/cudnn_version.h"
 
 
@@ -129,7 +131,7 @@ def killed_mid_change_leaves_the_active_stack_whole(site: Site) -> None:
     # 2. During the cuDNN unpack (the toolkit's tree is built by now, the default not yet moved). The
     # unpack is a background job, in a session of its own: it goes on without the run, and the next
     # run's placement waits for its lock.
-    run = site.start("site.yml", "--limit", "sb1")
+    run = site.start("site.yml", "--limit", "sb1", *UNPACK)
     assert wait_for("sb1", "ls -d /var/cache/gpuenv/downloads/cudnn/*.partial", 600), (
         site.root / "background.log"
     ).read_text()[-3000:]
