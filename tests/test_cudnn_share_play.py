@@ -99,6 +99,8 @@ def test_one_host_unpacks_the_tarball_and_the_others_copy_its_unpacked_files(
     archive = tmp_path / "cudnn-linux-x86_64-8.6.0.163_cuda11-archive.tar.xz"
     sha = make_tarball(archive, VERSION, legacy=False, blob=300_000)
     hosts = {name: make_host(tmp_path / name) for name in HOSTS}
+    for h in hosts.values():
+        h["downloads"].rmdir()  # fresh hosts: no download directory yet
     inventory = _inventory(tmp_path, hosts, archive, sha)
     out = _run(tmp_path, inventory, venv_env)
     assert "h1 unpacks cuDNN 8.6.0.163, then hands it to the controller's cache for the hosts that wait for it" in out
@@ -113,10 +115,10 @@ def test_one_host_unpacks_the_tarball_and_the_others_copy_its_unpacked_files(
     assert [r["built_by"] for r in records] == ["h1"]
     assert [r["cudnn_sha256"] for r in records] == [sha]
     assert "TASK [cudnn : Copy the cached unpacked cuDNN from the controller]" in out
-    # Only h1 fetched the tarball: the others' copies came from the cache.
-    fetched = out.split("TASK [cudnn : Copy the tarball to the host]")[1].split("TASK [")[0]
-    assert "changed: [h1]" in fetched
-    assert "[h2]" not in fetched.replace("skipping: [h2]", "")
+    # Only h1 fetched the tarball: the others' copies came from the cache, with no fallback.
+    assert "unpacks it itself" not in out
+    fetched = [part.split("TASK [")[0] for part in out.split("TASK [cudnn : Copy the tarball to the host]")[1:]]
+    assert {h for part in fetched for h in HOSTS if f"changed: [{h}]" in part} == {"h1"}
 
     # Hosts that lack it later restore the entry at once.
     _without_cudnn(hosts["h2"], hosts["h3"])
