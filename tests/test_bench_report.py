@@ -176,7 +176,9 @@ def test_one_build_for_the_fleet_is_judged_by_each_further_hosts_cpu_against_the
     assert "Where a further host's CPU goes" in md
 
 
-@pytest.mark.parametrize("variable", ["nvidia_driver_build_cache_dir", "pytorch_env_build_cache_dir"])
+@pytest.mark.parametrize(
+    "variable", ["nvidia_driver_build_cache_dir", "pytorch_env_build_cache_dir", "cudnn_build_cache_dir"]
+)
 def test_each_bench_run_starts_with_empty_caches_of_built_modules_and_environments_unless_it_names_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:

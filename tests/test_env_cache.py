@@ -152,9 +152,17 @@ def test_facts_key_the_interpreter_os_release_and_the_hosts_own_lock(
 def test_the_first_host_builds_identical_hosts_wait_and_another_key_builds_its_own(tmp_path: Path) -> None:
     hosts = [keyed("sb1"), keyed("sb2"), keyed("sb3", os="debian 13"), keyed("sb4")]
     out = mod.plan_env(str(tmp_path), hosts, True, 2)["hosts"]
-    assert out["sb1"] == {"action": "build", "entry": None, "wait_for": None, "notes": [], "replaces": False}
+    assert out["sb1"] == {
+        "action": "build",
+        "entry": None,
+        "wait_for": None,
+        "awaited": True,
+        "notes": [],
+        "replaces": False,
+    }
     assert out["sb2"]["action"] == "wait"
     assert out["sb2"]["wait_for"] == "sb1"
+    assert out["sb2"]["awaited"] is False
     assert out["sb3"]["action"] == "build"
     assert out["sb4"]["wait_for"] == "sb1"
     # The waiting host's own second read does not wait again: with no entry there, it builds.

@@ -136,6 +136,25 @@ def plan(cache_dir: str, hosts: list[dict[str, Any]], ext: str, what: str, wait:
     return {"hosts": out}
 
 
+def host_actions(planned: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each host's part of a plan whose hosts ask for one item each: its "action" ("restore" the
+    "entry", "wait" for "wait_for", or "build"), whether hosts wait for its build ("awaited"), its
+    "notes", and whether its build replaces a refused entry ("replaces")."""
+    waited_for = {mine["wait_for"] for mine in planned["hosts"].values() if mine["wait_for"]}
+    out = {}
+    for name, mine in planned["hosts"].items():
+        restore = mine["restore"][0]["entry"] if mine["restore"] else None
+        out[name] = {
+            "action": "restore" if restore else "wait" if mine["wait"] else "build",
+            "entry": restore,
+            "wait_for": mine["wait_for"],
+            "awaited": name in waited_for,
+            "notes": mine["notes"],
+            "replaces": bool(mine["refused"]),
+        }
+    return out
+
+
 def escalated_user() -> str:
     """The user Ansible reached this host as, where it escalated through sudo or doas; "" otherwise.
     Through them Ansible's fetch reads a file whole into memory (its slurp module): a tar of

@@ -14,6 +14,7 @@ from ansible.module_utils.gpuenv_buildcache import (
     digest_key,
     escalated_user,
     extract_tar,
+    host_actions,
     pack_tar,
     plan,
     prune,
@@ -145,22 +146,10 @@ def plan_unpacks(cache_dir: str, hosts: list[dict[str, Any]], wait: bool, keep: 
         {"host": h["host"], "items": [{"key": key_of(str(h["sha256"])), "name": f"cuDNN {h['version']}"}]}
         for h in hosts
     ]
-    planned = plan(cache_dir, items, EXT, "unpacked copy", wait=wait)
-    waited_for = {mine["wait_for"] for mine in planned["hosts"].values() if mine["wait_for"]}
+    out = host_actions(plan(cache_dir, items, EXT, "unpacked copy", wait=wait))
     keys = {str(i["host"]): str(i["items"][0]["key"]) for i in items}
-    out = {}
-    for name, mine in planned["hosts"].items():
-        restore = mine["restore"][0]["entry"] if mine["restore"] else None
-        out[name] = {
-            "action": "restore" if restore else "wait" if mine["wait"] else "build",
-            "entry": restore,
-            "wait_for": mine["wait_for"],
-            "key": keys[name],
-            "awaited": name in waited_for,
-            "notes": mine["notes"],
-            # Its unpack goes to the cache to replace an entry that was refused.
-            "replaces": bool(mine["refused"]),
-        }
+    for name, mine in out.items():
+        mine["key"] = keys[name]
     pruned = prune(cache_dir, keep, set(keys.values()))
     return {"hosts": out, "pruned": pruned}
 

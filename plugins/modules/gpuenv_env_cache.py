@@ -16,6 +16,7 @@ from ansible.module_utils.gpuenv_buildcache import (
     digest_key,
     escalated_user,
     extract_tar,
+    host_actions,
     host_os_release,
     pack_tar,
     plan,
@@ -213,18 +214,7 @@ def plan_env(cache_dir: str, hosts: list[dict[str, Any]], wait: bool, keep: int)
         }
         for h in hosts
     ]
-    planned = plan(cache_dir, items, EXT, "environment", wait=wait)
-    out = {}
-    for name, mine in planned["hosts"].items():
-        restore = mine["restore"][0]["entry"] if mine["restore"] else None
-        out[name] = {
-            "action": "restore" if restore else "wait" if mine["wait"] else "build",
-            "entry": restore,
-            "wait_for": mine["wait_for"],
-            "notes": mine["notes"],
-            # Its build goes to the cache to replace an entry that was refused.
-            "replaces": bool(mine["refused"]),
-        }
+    out = host_actions(plan(cache_dir, items, EXT, "environment", wait=wait))
     pruned = prune(cache_dir, keep, {str(h["key"]) for h in hosts})
     return {"hosts": out, "pruned": pruned}
 
