@@ -19,6 +19,7 @@ from runner import (
     FLOOR,
     FLOOR_STAGES,
     ROOT,
+    SAMPLE_S,
     BenchError,
     ansible_env,
     changed,
@@ -31,6 +32,7 @@ from runner import (
     say,
     ssh,
     stage_cpu_s,
+    task_cpu_s,
     work_dir,
 )
 
@@ -359,6 +361,9 @@ class Bench:
                 # Each host's CPU by stage: what a further host still pays where the first builds
                 # (its CUDA trees, cuDNN and environment), the measure of what sharing those would save.
                 "stage_cpu_s": stage_cpu_s(record),
+                # And the first further host's costliest tasks: where its remaining seconds are.
+                "further_host_tasks": task_cpu_s(record, min(further)) if further else [],
+                "sample_s": SAMPLE_S,
             }
             say(
                 f"fleet: {n} host(s) in {record['measured_wall_s']:.0f} s; CPU {first} (built) {cpu[first]:.0f} s, "

@@ -363,6 +363,15 @@ def markdown(results: dict[str, Any], pngs: dict[str, str], targets: dict[str, f
                 + ".",
                 "",
             ]
+        size = fleet["sizes"][split[0]] if split else {}
+        if size.get("further_host_tasks"):
+            out += [
+                f"Its costliest tasks (by their windows, from samples {size['sample_s']:.0f} s apart: a short task's "
+                "figure is an estimate): "
+                + ", ".join(f"{name} {cpu:.1f} s" for name, cpu in size["further_host_tasks"])
+                + ".",
+                "",
+            ]
     ver = results.get("verify")
     if ver:
         out += [

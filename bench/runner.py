@@ -3,6 +3,7 @@ callback, commands over SSH, the stack both sides install, and the bytes that le
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
@@ -200,6 +201,33 @@ def stage_cpu_s(record: dict[str, Any]) -> dict[str, dict[str, float]]:
             per = out.setdefault(host, {})
             per[stage] = round(per.get(stage, 0.0) + end[host] - begin[host], 1)
     return out
+
+
+def task_cpu_s(record: dict[str, Any], host: str, top: int = 12) -> list[tuple[str, float]]:
+    """One sampled host's CPU seconds by task name (summed over the task's runs), the costliest
+    first: each task's window (moved by Ansible's start-up, as stage_cpu_s does) read from the
+    samples, interpolated between the two around each edge. Samples are SAMPLE_S apart, so a task
+    shorter than that is an estimate, and work a host does in the background (an async job) counts
+    in the windows of the tasks beside it; the sum over all tasks is the host's whole run."""
+    samples: list[tuple[float, dict[str, float]]] = record["cpu_samples"]
+    shift = max(record["measured_wall_s"] - record["wall_s"], 0.0)
+    times = [t for t, _ in samples]
+
+    def at(t: float) -> float:
+        i = bisect.bisect_left(times, t)
+        if i <= 0:
+            return samples[0][1][host]
+        if i >= len(samples):
+            return samples[-1][1][host]
+        (t0, c0), (t1, c1) = (samples[i - 1][0], samples[i - 1][1][host]), (samples[i][0], samples[i][1][host])
+        return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c1
+
+    per: dict[str, float] = {}
+    for task in record.get("tasks", []):
+        start = task["start_s"] + shift
+        per[task["name"]] = per.get(task["name"], 0.0) + at(start + task.get("wall_s", 0.0)) - at(start)
+    ranked = sorted(per.items(), key=lambda item: -item[1])[:top]
+    return [(name, round(cpu, 1)) for name, cpu in ranked]
 
 
 def machine_cpu_s() -> float:

@@ -157,6 +157,39 @@ def test_each_hosts_cpu_is_split_by_the_stages_plays_moved_by_ansibles_start_up(
     }
 
 
+def test_a_hosts_cpu_is_split_by_task_over_each_tasks_window() -> None:
+    import runner  # noqa: PLC0415 - bench/runner.py, on the path above
+
+    # Ansible started 1 s after the sampling; sb2 spent 6 s in its copy (4 s to 8 s of the samples'
+    # clock) and 1 s in each of the two runs of its check, which sum under one name.
+    record = {
+        "measured_wall_s": 11.0,
+        "wall_s": 10.0,
+        "tasks": [
+            {"name": "Check", "start_s": 0.0, "wall_s": 2.0},
+            {"name": "Copy", "start_s": 3.0, "wall_s": 4.0},
+            {"name": "Check", "start_s": 8.0, "wall_s": 2.0},
+        ],
+        "cpu_samples": [
+            (0.0, {"sb2": 10.0}),
+            (1.0, {"sb2": 10.0}),
+            (3.0, {"sb2": 11.0}),
+            (4.0, {"sb2": 11.0}),
+            (8.0, {"sb2": 17.0}),
+            (9.0, {"sb2": 17.0}),
+            (11.0, {"sb2": 18.0}),
+        ],
+    }
+    assert runner.task_cpu_s(record, "sb2") == [("Copy", 6.0), ("Check", 2.0)]
+    assert runner.task_cpu_s(record, "sb2", top=1) == [("Copy", 6.0)]
+    sample = copy.deepcopy(SAMPLE)
+    size = sample["fleet"]["sizes"]["4"]
+    size.update(further_host_tasks=[["Copy the cached environment from the controller", 9.5]], sample_s=2.0)
+    md = report.markdown(sample, {}, harness.TARGETS)
+    assert "Its costliest tasks (by their windows, from samples 2 s apart" in md
+    assert "Copy the cached environment from the controller 9.5 s." in md
+
+
 def test_one_build_for_the_fleet_is_judged_by_each_further_hosts_cpu_against_the_firsts() -> None:
     measured, target, verdict = _rows(SAMPLE)["8. one build for the fleet, full mode"]
     assert target == "further host CPU <= 0.25 x the first's"

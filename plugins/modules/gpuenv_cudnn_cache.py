@@ -138,7 +138,8 @@ FORMAT = "1"
 
 
 def key_of(sha256: str) -> str:
-    return digest_key({"cudnn_sha256": checked_sha256(sha256, "sha256"), "format": FORMAT}, KEY_FIELDS)
+    key: str = digest_key({"cudnn_sha256": checked_sha256(sha256, "sha256"), "format": FORMAT}, KEY_FIELDS)
+    return key
 
 
 def plan_unpacks(cache_dir: str, hosts: list[dict[str, Any]], wait: bool, keep: int) -> dict[str, Any]:
