@@ -114,7 +114,7 @@ def test_one_host_unpacks_the_tarball_and_the_others_copy_its_unpacked_files(
     records = [json.loads(p.read_text()) for p in cache.glob("*.json")]
     assert [r["built_by"] for r in records] == ["h1"]
     assert [r["cudnn_sha256"] for r in records] == [sha]
-    assert "TASK [cudnn : Copy the cached unpacked cuDNN from the controller]" in out
+    assert "TASK [cudnn : Copy the cached unpacked cuDNN from the controller, check it and put it in place]" in out
     # Only h1 fetched the tarball: the others' copies came from the cache, with no fallback.
     assert "unpacks it itself" not in out
     fetched = [part.split("TASK [")[0] for part in out.split("TASK [cudnn : Copy the tarball to the host]")[1:]]

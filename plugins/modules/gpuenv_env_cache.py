@@ -112,6 +112,11 @@ options:
   src:
     description: unpack, the copy of the entry's tar on the host; removed afterwards.
     type: path
+  copy_from:
+    description: >-
+      unpack, the entry's tar on the controller: the task's action copies it to I(src) before the
+      unpack (the unpack's sha256 is the copy's check). Without it, I(src) must be on the host already.
+    type: path
 """
 
 EXAMPLES = r"""
@@ -327,6 +332,8 @@ def main() -> None:
             "keep": {"type": "int", "default": 2},
             "entry": {"type": "dict"},
             "src": {"type": "path"},
+            # The action's (gpuenv.cacheaction), which copies it to src; here only to be documented.
+            "copy_from": {"type": "path"},
         },
         required_if=[
             ("mode", "facts", ("env_dir", "env_id", "installer")),
