@@ -227,6 +227,24 @@ def test_a_copy_that_changed_on_its_way_is_refused_and_nothing_is_put_in_place(
     assert not copy.exists()
 
 
+def test_a_copy_whose_sha256_differs_is_not_extracted_at_all(tmp_path: Path) -> None:
+    """The hash comes first: a damaged copy costs its read, never an extraction."""
+    into = tmp_path / "into"
+    into.mkdir()
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "f").write_bytes(b"payload")
+    copy = tmp_path / "copy.tar.zst"
+    packed = mod.pack_tar(shutil.which("tar"), str(src), ["d"], str(copy))
+    assert packed["rc"] == 0
+    refused = mod.extract_tar(shutil.which("tar"), str(copy), str(into), "0" * 64)
+    assert refused == {"rc": None, "error": "", "sha256": packed["sha256"]}
+    assert list(into.iterdir()) == []
+    taken = mod.extract_tar(shutil.which("tar"), str(copy), str(into), packed["sha256"])
+    assert taken["rc"] == 0
+    assert (into / "d" / "f").read_bytes() == b"payload"
+
+
 def test_a_copy_tar_cannot_read_is_refused_saying_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     host = tmp_path / "host"
     (host / ".store").mkdir(parents=True)

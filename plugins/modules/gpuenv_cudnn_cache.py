@@ -39,9 +39,9 @@ description:
     the tarball instead. Entries beyond the newest I(keep) that no host of the plan uses are removed.
   - I(mode=pack) (on the host that unpacked) writes the tar of its unpacked copy, hashing it as it
     is written, and its record, for the role to fetch.
-  - I(mode=unpack) (on the host) extracts the copied tar into a new directory beside the unpacked
-    copies, hashing it as it is read; only when its sha256 is the recorded one and every file is
-    the one the unpack recorded does it move into place. A refused copy leaves nothing, and the
+  - I(mode=unpack) (on the host) hashes the copied tar and, only when its sha256 is the recorded
+    one, extracts it into a new directory beside the unpacked copies; only when every file is the
+    one the unpack recorded does it move into place. A refused copy leaves nothing, and the
     role fetches the tarball and unpacks it.
 options:
   mode:
@@ -223,7 +223,7 @@ def unpack(module: AnsibleModule, unpack_dir: str, entry: dict[str, Any], src: s
             return result
         work = work_dir(unpack_dir)
         try:
-            result["refused"] = _refusal(extract_tar(tar, src, work), entry, src, work, sha256)
+            result["refused"] = _refusal(extract_tar(tar, src, work, entry.get("sha256")), entry, src, work, sha256)
             if not result["refused"]:
                 dest = os.path.join(unpack_dir, sha256)
                 # What an unpack that did not finish left (unpacked_info found no complete copy) goes.

@@ -44,9 +44,9 @@ description:
     beyond the newest I(keep) that no host of the plan uses are removed.
   - I(mode=pack) (on the host that built) writes the tar of the environment and its locks, hashing
     it as it is written, and its record, for the role to fetch.
-  - I(mode=unpack) (on the host) extracts the copied tar into a new directory beside the
-    environments, hashing it as it is read; only when its sha256 is the recorded one does the
-    environment move into place. A refused copy leaves nothing, and the role builds instead.
+  - I(mode=unpack) (on the host) hashes the copied tar and, only when its sha256 is the recorded
+    one, extracts it into a new directory beside the environments and moves the environment into
+    place. A refused copy leaves nothing, and the role builds instead.
 options:
   mode:
     description: Which step.
@@ -284,7 +284,7 @@ def unpack(module: AnsibleModule, root: str, env_dir: str, entry: dict[str, Any]
         return result
     work = work_dir(os.path.dirname(env_dir))
     try:
-        extracted = extract_tar(tar, src, work)
+        extracted = extract_tar(tar, src, work, entry.get("sha256"))
         if extracted["sha256"] != entry.get("sha256"):
             result["refused"] = (
                 f"its copy {src} has sha256 {extracted['sha256']}, not the {entry.get('sha256')} the cache recorded"
