@@ -17,6 +17,7 @@ import pytest
 
 from gpuenv.module_utils import gpuenv_hostparse as hostparse
 from tests.cudnn_tarballs import LIBS_8, call, cudnn_args, files, header, make_host, make_toolkit
+from tests.cudnn_tarballs import mod as tree_mod
 
 
 @pytest.fixture
@@ -343,3 +344,40 @@ def test_check_mode_before_the_toolkit_s_link_exists_says_so_with_every_field_th
     out, _ = call(monkeypatch, capsys, check=True, **{**args, "link": host["tmp"] / "usr/local/cuda-12.9"})
     assert (out["needed"], out["unpacked"], out["damage"]) == (True, False, [])
     assert "does not exist yet" in out["msg"]
+
+
+# --- the loader's cache ------------------------------------------------------------------------
+RACE = "ldconfig: Renaming of /etc/ld.so.cache~ to /etc/ld.so.cache failed: No such file or directory"
+
+
+class Ldconfig:
+    """run_command for ldconfig: the given results in turn, each call recorded."""
+
+    def __init__(self, *results: tuple[int, str, str]) -> None:
+        self.results = list(results)
+        self.calls = 0
+
+    def run_command(self, argv: list[str], **_: Any) -> tuple[int, str, str]:
+        assert argv == ["ldconfig"]
+        self.calls += 1
+        return self.results.pop(0)
+
+
+def test_ldconfig_that_lost_the_race_for_its_cache_file_runs_again() -> None:
+    fake = Ldconfig((1, "", RACE), (1, "", RACE), (0, "", ""))
+    tree_mod.run_ldconfig(fake, pause_s=0)  # type: ignore[arg-type]
+    assert fake.calls == 3
+
+
+def test_ldconfig_failing_otherwise_fails_at_once_with_its_message() -> None:
+    fake = Ldconfig((1, "", "ldconfig: /etc/ld.so.conf.d/x.conf: Permission denied"))
+    with pytest.raises(tree_mod.TreeError, match=r"ldconfig failed \(rc 1\): ldconfig: /etc/ld.so.conf.d/x.conf"):
+        tree_mod.run_ldconfig(fake, pause_s=0)  # type: ignore[arg-type]
+    assert fake.calls == 1
+
+
+def test_ldconfig_losing_every_race_fails_saying_how_often_it_tried() -> None:
+    fake = Ldconfig(*[(1, "", RACE)] * tree_mod.LDCONFIG_TRIES)
+    with pytest.raises(tree_mod.TreeError, match=r"\(5 tries, another ldconfig ran beside each\): ldconfig: Renaming"):
+        tree_mod.run_ldconfig(fake, pause_s=0)  # type: ignore[arg-type]
+    assert fake.calls == tree_mod.LDCONFIG_TRIES

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tarfile
+import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -285,11 +286,29 @@ def run(module: Any, p: dict[str, Any]) -> dict[str, Any]:
         )
     result["cudnn"] = read_json(os.path.join(want["tree"], MARKER))
     if changed and p["ldconfig"]:
-        rc, _, err = module.run_command(["ldconfig"])
-        if rc != 0:
-            raise TreeError(f"ldconfig failed (rc {rc}): {err.strip()}")
+        run_ldconfig(module)
     result["changed"] = changed
     return result
+
+
+# ldconfig writes the whole cache to /etc/ld.so.cache~ and renames it into place: a run beside
+# another (dpkg's trigger in the driver's install, which site.yml runs in the background, or the
+# placement of a second host on the same machine) can find its file renamed away ("Renaming of
+# /etc/ld.so.cache~ to /etc/ld.so.cache failed"). Each run rebuilds the cache whole, so again is safe.
+LDCONFIG_TRIES = 5
+LDCONFIG_RACE = "Renaming of"
+
+
+def run_ldconfig(module: AnsibleModule, pause_s: float = 0.5) -> None:
+    """ldconfig, again after a pause where it lost the race for its cache file."""
+    for attempt in range(1, LDCONFIG_TRIES + 1):
+        rc, _, err = module.run_command(["ldconfig"])
+        if rc == 0:
+            return
+        if LDCONFIG_RACE not in err or attempt == LDCONFIG_TRIES:
+            tries = f" ({attempt} tries, another ldconfig ran beside each)" if attempt > 1 else ""
+            raise TreeError(f"ldconfig failed (rc {rc}){tries}: {err.strip()}")
+        time.sleep(pause_s * attempt)
 
 
 def main() -> None:
